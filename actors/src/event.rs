@@ -1,0 +1,113 @@
+//! What a subscriber receives: [`Event`], with the [`Cause`] of every change.
+//!
+//! client-go hands subscribers `OnUpdate(old, new)` and leaves them to compare
+//! resourceVersions to tell a real change from a resync (the argument of the
+//! seed notes). kinformer says why each notification happened instead.
+
+use std::sync::Arc;
+
+use crate::key::{DeletedObject, ObjectKey};
+
+/// Why a notification was sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Cause {
+    /// Part of the initial list, or of the cache replayed to a late subscriber (SI-5).
+    Initial,
+    /// A watch event from the server: a real change.
+    Watch,
+    /// Found by a relist after the watch broke (an add, a changed object, or a tombstone).
+    Relist,
+    /// A periodic resync: the object did not change (SI-11).
+    Resync,
+}
+
+/// One notification for a subscriber. Objects are shared `Arc`s, never deep copies.
+#[derive(Debug)]
+pub enum Event<K> {
+    /// The object is new to the subscriber.
+    Added {
+        /// Its key.
+        key: ObjectKey,
+        /// Its state.
+        object: Arc<K>,
+        /// `Initial`, `Watch` or `Relist`.
+        cause: Cause,
+    },
+    /// The object changed (or, with `Cause::Resync`, is replayed unchanged).
+    Updated {
+        /// Its key.
+        key: ObjectKey,
+        /// The state the subscriber last saw.
+        old: Arc<K>,
+        /// The new state.
+        new: Arc<K>,
+        /// `Watch`, `Relist` or `Resync`.
+        cause: Cause,
+    },
+    /// The object is gone: with its final state, or a tombstone when unknown.
+    Deleted {
+        /// Its key.
+        key: ObjectKey,
+        /// The final state, or the tombstone.
+        object: DeletedObject<K>,
+        /// `Watch` for a watch `DELETED`, `Relist` for a tombstone.
+        cause: Cause,
+    },
+}
+
+impl<K> Clone for Event<K> {
+    fn clone(&self) -> Self {
+        match self {
+            Event::Added { key, object, cause } => {
+                Event::Added { key: key.clone(), object: object.clone(), cause: *cause }
+            }
+            Event::Updated { key, old, new, cause } => Event::Updated {
+                key: key.clone(),
+                old: old.clone(),
+                new: new.clone(),
+                cause: *cause,
+            },
+            Event::Deleted { key, object, cause } => {
+                Event::Deleted { key: key.clone(), object: object.clone(), cause: *cause }
+            }
+        }
+    }
+}
+
+impl<K> Event<K> {
+    /// The key of the object.
+    pub fn key(&self) -> &ObjectKey {
+        match self {
+            Event::Added { key, .. } | Event::Updated { key, .. } | Event::Deleted { key, .. } => key,
+        }
+    }
+
+    /// Why the notification was sent.
+    pub fn cause(&self) -> Cause {
+        match self {
+            Event::Added { cause, .. }
+            | Event::Updated { cause, .. }
+            | Event::Deleted { cause, .. } => *cause,
+        }
+    }
+
+    /// The newest state it carries (`None` for a tombstone with no known state).
+    pub fn object(&self) -> Option<&Arc<K>> {
+        match self {
+            Event::Added { object, .. } => Some(object),
+            Event::Updated { new, .. } => Some(new),
+            Event::Deleted { object, .. } => object.object(),
+        }
+    }
+
+    /// True for an `Added` that is part of the initial list (client-go's `isInInitialList`).
+    pub fn is_initial(&self) -> bool {
+        matches!(self, Event::Added { cause: Cause::Initial, .. })
+    }
+
+    /// True for a resync replay, which carries no change.
+    pub fn is_resync(&self) -> bool {
+        self.cause() == Cause::Resync
+    }
+}

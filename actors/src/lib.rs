@@ -1,0 +1,19 @@
+//! kinformer's actors and the pure state machines they own.
+//!
+//! Data flows one way: API server → [`reflector`] → [`delta_fifo`] →
+//! [`indexer`] → [`listener`]s, with the [`resync`] timer replaying the cache
+//! to due subscribers. Each actor module holds a plain state machine (tested
+//! without actix) beside the thin actor shell that owns it.
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod event;
+pub mod key;
+
+pub use event::{Cause, Event};
+pub use key::{DeletedObject, KeyError, ObjectKey, Tombstone};
+
+pub mod delta_fifo;
+pub mod indexer;
+pub mod listener;
+pub mod resync;
