@@ -111,3 +111,9 @@ impl<K> Event<K> {
         self.cause() == Cause::Resync
     }
 }
+
+/// A subscriber's actor handles `Event<K>`; the listener waits for each
+/// handler call to return before sending the next (one in flight per subscriber).
+impl<K: 'static> actix::Message for Event<K> {
+    type Result = ();
+}

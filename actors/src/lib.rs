@@ -16,4 +16,5 @@ pub use key::{DeletedObject, KeyError, ObjectKey, Tombstone};
 pub mod delta_fifo;
 pub mod indexer;
 pub mod listener;
+pub mod reflector;
 pub mod resync;

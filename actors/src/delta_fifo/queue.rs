@@ -1,1 +1,1556 @@
-//! (in progress)
+//! The classic client-go DeltaFIFO as a pure state machine: per-key lists of
+//! deltas between the Reflector (producer) and the Indexer (consumer).
+//!
+//! # Rules implemented (spec section 1.3)
+//!
+//! * **DF-1** [`Delta`] / [`DeltaType`]; deltas per key oldest first, never
+//!   empty; a key is in the FIFO order if and only if it has deltas.
+//! * **DF-2** [`DeltaQueueOptions`]: known objects are always passed in (the
+//!   cache; `()` means "none"), `emit_replaced` defaults to **true**.
+//! * **DF-3** a key that is already queued keeps its position: no line jumping.
+//! * **DF-4** only the last two deltas are compared, and only two `Deleted`
+//!   merge: a real final-state delete wins over a tombstone, a newer tombstone
+//!   replaces an older one. `Sync, Sync` or `Added, Deleted, Added` stay as is.
+//! * **DF-5** / **DF-6** `add`, `update`, `delete`; a delete of a key that is
+//!   neither queued nor known is dropped.
+//! * **DF-7** [`DeltaQueue::pop`] / [`DeltaQueue::pop_batch`] take the head key
+//!   with all its deltas; `is_in_initial_list` is client-go's `!hasSynced`
+//!   evaluated at pop time (the pop counts toward the initial population).
+//! * **DF-9** `replace`: list items in list order, then tombstones for queued
+//!   keys missing from the list (carrying the newest queued state; tombstones
+//!   never nest), then tombstones for known keys missing from the list and not
+//!   queued. **DF-10** `Replaced` or `Sync` per `emit_replaced`.
+//! * **DF-11** `resync` queues `Sync` for known keys that have no pending
+//!   deltas (the "UpdateResyncRace").
+//! * **DF-12** tombstones come only from `replace`.
+//! * **DF-15** [`DeltaQueue::has_synced`], latched.
+//!
+//! # Deliberate deviations
+//!
+//! * **Asynchronous consumer and the in-flight overlay.** client-go runs the
+//!   consumer's `process` under the FIFO lock (DF-7, DF-17), so the indexer
+//!   always reflects every popped item before the next producer call. Our
+//!   consumer (the Indexer actor) applies popped items *after* `pop` returns.
+//!   Between [`DeltaQueue::pop`] and [`DeltaQueue::done`] the queue therefore
+//!   keeps, per key, the number of popped-not-done items and the newest state
+//!   they carry (an object, or "deleted"). Every known-objects lookup (the
+//!   DF-6 delete filter, DF-9 step 3, DF-11) sees *cache ∪ in-flight*, with
+//!   in-flight taking precedence: a key whose newest in-flight delta is a
+//!   delete is not known. Resync also skips keys in flight, exactly as it
+//!   skips keys with pending deltas.
+//! * **HasSynced is latched after processing** (the DF-15 note, spec section
+//!   5): only once the last item of the initial population has been popped
+//!   *and* reported [`done`](DeltaQueue::done).
+//! * **No `ErrRequeue` / `AddIfNotPresent`** (DF-8): re-queueing lets an
+//!   informer go back in time.
+//! * **No transformer** (DF-3 step 2, DF-16): kinformer transforms an object
+//!   once, when it is decoded, before its `Arc` exists, so the queue never
+//!   transforms. The DF-T5 assertions about tombstones not being transformed
+//!   twice therefore have nothing to check here.
+//! * **Atomic `replace`**: every key is computed before anything changes, so a
+//!   key error leaves the queue untouched (client-go may abort part-way).
+//! * **Deterministic deletion order**: tombstones from DF-9 step 2 follow the
+//!   queue order and those from step 3 are sorted by key (client-go uses Go
+//!   map order, which is unspecified).
+//! * **Non-blocking, no `Close`** (DF-7, DF-14): `pop` returns `None` on an
+//!   empty queue; waiting and shutdown belong to the owning actor.
+//! * **Typed keys** (KEY-4, DF-13): there is no `KeyOf(any)`. An object's key
+//!   is [`ObjectKey::of`], a tombstone carries its key, and a popped item
+//!   carries the key of its deltas ([`Popped::key`]).
+
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+
+use kube::Resource;
+
+use crate::key::{DeletedObject, KeyError, ObjectKey, Tombstone};
+
+/// One change to one object, as queued for the consumer (DF-1).
+#[derive(Debug)]
+pub enum Delta<K> {
+    /// A watch `ADDED` event.
+    Added(Arc<K>),
+    /// A watch `MODIFIED` event.
+    Updated(Arc<K>),
+    /// A watch `DELETED` event (final state), or a tombstone found by a relist.
+    Deleted(DeletedObject<K>),
+    /// An item of a relist (`replace`), when `emit_replaced` is on.
+    Replaced(Arc<K>),
+    /// A periodic resync, or a relist item when `emit_replaced` is off.
+    Sync(Arc<K>),
+}
+
+impl<K> Clone for Delta<K> {
+    fn clone(&self) -> Self {
+        match self {
+            Delta::Added(o) => Delta::Added(o.clone()),
+            Delta::Updated(o) => Delta::Updated(o.clone()),
+            Delta::Deleted(d) => Delta::Deleted(d.clone()),
+            Delta::Replaced(o) => Delta::Replaced(o.clone()),
+            Delta::Sync(o) => Delta::Sync(o.clone()),
+        }
+    }
+}
+
+impl<K> Delta<K> {
+    /// The object the delta carries; for a tombstone, its last known state
+    /// (tombstones never nest, so this is never another tombstone).
+    pub fn object(&self) -> Option<&Arc<K>> {
+        match self {
+            Delta::Added(o) | Delta::Updated(o) | Delta::Replaced(o) | Delta::Sync(o) => Some(o),
+            Delta::Deleted(d) => d.object(),
+        }
+    }
+
+    /// The kind of change, without the object.
+    pub fn delta_type(&self) -> DeltaType {
+        match self {
+            Delta::Added(_) => DeltaType::Added,
+            Delta::Updated(_) => DeltaType::Updated,
+            Delta::Deleted(_) => DeltaType::Deleted,
+            Delta::Replaced(_) => DeltaType::Replaced,
+            Delta::Sync(_) => DeltaType::Sync,
+        }
+    }
+
+    /// The state this delta leaves the object in: `None` when it is deleted.
+    fn resulting_state(&self) -> Option<Arc<K>> {
+        match self {
+            Delta::Deleted(_) => None,
+            other => other.object().cloned(),
+        }
+    }
+}
+
+/// The kind of a [`Delta`] (DF-1), for matching and logging without the object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DeltaType {
+    /// See [`Delta::Added`].
+    Added,
+    /// See [`Delta::Updated`].
+    Updated,
+    /// See [`Delta::Deleted`].
+    Deleted,
+    /// See [`Delta::Replaced`].
+    Replaced,
+    /// See [`Delta::Sync`].
+    Sync,
+}
+
+/// What the queue knows of the cache (client-go's `KeyListerGetter`, DF-2).
+///
+/// The queue uses it to decide whether a delete is news (DF-6), which objects
+/// a relist removed (DF-9 step 3) and what to resync (DF-11). `()` implements
+/// it as "no known objects", which behaves exactly like client-go's FIFO
+/// without `KnownObjects`.
+pub trait KnownObjects<K> {
+    /// Every key the cache holds, in any order.
+    fn known_keys(&self) -> Vec<ObjectKey>;
+    /// The cached object of `key`, if any.
+    fn known_object(&self, key: &ObjectKey) -> Option<Arc<K>>;
+    /// Whether the cache holds `key`. Override when it can be answered
+    /// without fetching the object.
+    fn knows(&self, key: &ObjectKey) -> bool {
+        self.known_object(key).is_some()
+    }
+}
+
+impl<K> KnownObjects<K> for () {
+    fn known_keys(&self) -> Vec<ObjectKey> {
+        Vec::new()
+    }
+
+    fn known_object(&self, _key: &ObjectKey) -> Option<Arc<K>> {
+        None
+    }
+
+    fn knows(&self, _key: &ObjectKey) -> bool {
+        false
+    }
+}
+
+/// Options of a [`DeltaQueue`] (DF-2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeltaQueueOptions {
+    /// Queue relist items as `Replaced` (true, the default) rather than `Sync`
+    /// (DF-10), so consumers can tell a relist from a periodic resync.
+    pub emit_replaced: bool,
+}
+
+impl Default for DeltaQueueOptions {
+    fn default() -> Self {
+        DeltaQueueOptions { emit_replaced: true }
+    }
+}
+
+/// One popped key with all its deltas, handed to the consumer (DF-7).
+#[derive(Debug)]
+pub struct Popped<K> {
+    /// The key of every delta in `deltas`.
+    pub key: ObjectKey,
+    /// The deltas, oldest first; never empty.
+    pub deltas: Vec<Delta<K>>,
+    /// True while the initial list is being delivered: client-go's
+    /// `isInInitialList`, i.e. `!hasSynced` as of the pop.
+    pub is_in_initial_list: bool,
+    /// Give this back to [`DeltaQueue::done`] once the deltas are applied.
+    pub receipt: PopReceipt,
+}
+
+/// Proof of a pop, returned to [`DeltaQueue::done`] once the consumer has
+/// applied the popped deltas to the cache.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PopReceipt {
+    id: u64,
+    key: ObjectKey,
+    counts_toward_initial: bool,
+}
+
+impl PopReceipt {
+    /// The key that was popped.
+    pub fn key(&self) -> &ObjectKey {
+        &self.key
+    }
+
+    /// Whether the popped item belongs to the initial population, so its
+    /// `done` may complete the sync (DF-15).
+    pub fn counts_toward_initial(&self) -> bool {
+        self.counts_toward_initial
+    }
+}
+
+/// Popped-not-done items of one key (the in-flight overlay).
+#[derive(Debug)]
+struct InFlight<K> {
+    /// How many popped items of the key are not `done` yet.
+    count: usize,
+    /// The state the newest of them leaves the object in (`None`: deleted).
+    newest: Option<Arc<K>>,
+}
+
+/// The known objects as the queue must see them: the cache, overlaid with
+/// what is popped but not applied yet.
+struct Overlay<'a, K> {
+    cache: &'a dyn KnownObjects<K>,
+    in_flight: &'a HashMap<ObjectKey, InFlight<K>>,
+}
+
+impl<K> Overlay<'_, K> {
+    fn object(&self, key: &ObjectKey) -> Option<Arc<K>> {
+        match self.in_flight.get(key) {
+            Some(f) => f.newest.clone(),
+            None => self.cache.known_object(key),
+        }
+    }
+
+    fn knows(&self, key: &ObjectKey) -> bool {
+        match self.in_flight.get(key) {
+            Some(f) => f.newest.is_some(),
+            None => self.cache.knows(key),
+        }
+    }
+
+    fn keys(&self) -> Vec<ObjectKey> {
+        let mut keys: Vec<ObjectKey> = self
+            .cache
+            .known_keys()
+            .into_iter()
+            .filter(|k| self.in_flight.get(k).is_none_or(|f| f.newest.is_some()))
+            .collect();
+        keys.extend(
+            self.in_flight
+                .iter()
+                .filter(|(k, f)| f.newest.is_some() && !self.cache.knows(k))
+                .map(|(k, _)| k.clone()),
+        );
+        keys
+    }
+}
+
+/// The DeltaFIFO (spec 1.3): per-key deltas in FIFO order of keys, with
+/// known objects = the cache. See the module documentation for the rules and
+/// the deviations from client-go.
+#[derive(Debug)]
+pub struct DeltaQueue<K> {
+    emit_replaced: bool,
+    /// Pending deltas per key; never an empty list (DF-1).
+    items: HashMap<ObjectKey, Vec<Delta<K>>>,
+    /// FIFO order of the keys of `items`, without duplicates (DF-1).
+    queue: VecDeque<ObjectKey>,
+    /// Popped, not yet done, per key.
+    in_flight: HashMap<ObjectKey, InFlight<K>>,
+    /// Ids of the receipts not yet done.
+    outstanding: HashSet<u64>,
+    next_receipt: u64,
+    /// A first mutation happened (DF-15).
+    populated: bool,
+    /// Items of the initial population not popped yet.
+    initial_unpopped: usize,
+    /// Items of the initial population popped but not done yet.
+    initial_unfinished: usize,
+    /// Latched HasSynced.
+    synced: bool,
+}
+
+impl<K: Resource> DeltaQueue<K> {
+    /// An empty queue; not synced until the first mutation (DF-15).
+    pub fn new(options: DeltaQueueOptions) -> Self {
+        DeltaQueue {
+            emit_replaced: options.emit_replaced,
+            items: HashMap::new(),
+            queue: VecDeque::new(),
+            in_flight: HashMap::new(),
+            outstanding: HashSet::new(),
+            next_receipt: 0,
+            populated: false,
+            initial_unpopped: 0,
+            initial_unfinished: 0,
+            synced: false,
+        }
+    }
+
+    /// Queues `Added` (DF-5). A key error changes nothing.
+    pub fn add(&mut self, obj: Arc<K>, _known: &dyn KnownObjects<K>) -> Result<(), KeyError> {
+        let key = ObjectKey::of(&*obj)?;
+        self.mark_populated();
+        self.queue_delta(key, Delta::Added(obj));
+        Ok(())
+    }
+
+    /// Queues `Updated` (DF-5). A key error changes nothing.
+    pub fn update(&mut self, obj: Arc<K>, _known: &dyn KnownObjects<K>) -> Result<(), KeyError> {
+        let key = ObjectKey::of(&*obj)?;
+        self.mark_populated();
+        self.queue_delta(key, Delta::Updated(obj));
+        Ok(())
+    }
+
+    /// Queues `Deleted` with the final state `obj` (DF-6), unless the key is
+    /// neither queued nor known (cache ∪ in-flight): such a delete was already
+    /// reported, by a relist tombstone or an earlier delete.
+    pub fn delete(&mut self, obj: Arc<K>, known: &dyn KnownObjects<K>) -> Result<(), KeyError> {
+        let key = ObjectKey::of(&*obj)?;
+        self.mark_populated();
+        if !self.items.contains_key(&key) && !self.overlay(known).knows(&key) {
+            tracing::trace!(%key, "delete of an unknown object dropped");
+            return Ok(());
+        }
+        self.queue_delta(key, Delta::Deleted(DeletedObject::Final(obj)));
+        Ok(())
+    }
+
+    /// A relist (DF-9): queues every item of `list` as `Replaced` (or `Sync`),
+    /// then a tombstone for every queued or known key missing from the list.
+    /// The first `replace` before any other mutation defines the initial
+    /// population (DF-15). Atomic: a key error changes nothing.
+    pub fn replace(&mut self, list: Vec<Arc<K>>, known: &dyn KnownObjects<K>) -> Result<(), KeyError> {
+        let keyed = list
+            .into_iter()
+            .map(|obj| ObjectKey::of(&*obj).map(|key| (key, obj)))
+            .collect::<Result<Vec<_>, _>>()?;
+
+        // Step 1: list items, in list order.
+        let mut listed: HashSet<ObjectKey> = HashSet::with_capacity(keyed.len());
+        for (key, obj) in keyed {
+            listed.insert(key.clone());
+            let delta = if self.emit_replaced { Delta::Replaced(obj) } else { Delta::Sync(obj) };
+            self.queue_delta(key, delta);
+        }
+
+        // Step 2: queued keys missing from the list, with the newest queued
+        // state (a tombstone is unwrapped, so tombstones never nest).
+        let missing_queued: Vec<(ObjectKey, Option<Arc<K>>)> = self
+            .queue
+            .iter()
+            .filter(|key| !listed.contains(*key))
+            .map(|key| {
+                let last_known = self.items.get(key).and_then(|d| d.last()).and_then(|d| d.object().cloned());
+                (key.clone(), last_known)
+            })
+            .collect();
+        let mut queued_deletions = missing_queued.len();
+        for (key, last_known) in missing_queued {
+            self.queue_tombstone(key, last_known);
+        }
+
+        // Step 3: known keys (cache ∪ in-flight) missing from the list and
+        // without pending deltas.
+        let overlay = self.overlay(known);
+        let mut missing_known: Vec<ObjectKey> = overlay
+            .keys()
+            .into_iter()
+            .filter(|key| !listed.contains(key) && !self.items.contains_key(key))
+            .collect();
+        missing_known.sort_unstable();
+        missing_known.dedup();
+        let missing_known: Vec<(ObjectKey, Option<Arc<K>>)> = missing_known
+            .into_iter()
+            .map(|key| {
+                let last_known = overlay.object(&key);
+                if last_known.is_none() {
+                    tracing::debug!(%key, "known key vanished during relist; tombstone without last known state");
+                }
+                (key, last_known)
+            })
+            .collect();
+        queued_deletions += missing_known.len();
+        for (key, last_known) in missing_known {
+            self.queue_tombstone(key, last_known);
+        }
+
+        // Step 4: the first mutation defines the initial population.
+        if !self.populated {
+            self.populated = true;
+            self.initial_unpopped = listed.len() + queued_deletions;
+            self.try_latch_synced();
+        }
+        Ok(())
+    }
+
+    /// A periodic resync (DF-11): queues `Sync` with the cached object for
+    /// every known key that has neither pending deltas nor popped-not-done
+    /// items, so a resync never carries an older state than one on its way.
+    pub fn resync(&mut self, known: &dyn KnownObjects<K>) {
+        for key in known.known_keys() {
+            if self.items.contains_key(&key) || self.in_flight.contains_key(&key) {
+                continue;
+            }
+            match known.known_object(&key) {
+                Some(obj) => self.queue_delta(key, Delta::Sync(obj)),
+                None => tracing::debug!(%key, "resync: known key has no object; skipped"),
+            }
+        }
+    }
+
+    /// Takes the head key with all its deltas (DF-7); `None` when empty. The
+    /// item stays in flight until [`done`](Self::done).
+    pub fn pop(&mut self) -> Option<Popped<K>> {
+        while let Some(key) = self.queue.pop_front() {
+            let Some(deltas) = self.items.remove(&key) else {
+                tracing::error!(%key, "queued key without deltas; skipped");
+                continue;
+            };
+            let Some(newest) = deltas.last() else {
+                tracing::error!(%key, "queued key with an empty delta list; skipped");
+                continue;
+            };
+            let newest = newest.resulting_state();
+
+            let counts_toward_initial = self.initial_unpopped > 0;
+            if counts_toward_initial {
+                self.initial_unpopped -= 1;
+                self.initial_unfinished += 1;
+            }
+
+            let entry = self.in_flight.entry(key.clone()).or_insert(InFlight { count: 0, newest: None });
+            entry.count += 1;
+            entry.newest = newest;
+
+            let id = self.next_receipt;
+            self.next_receipt = self.next_receipt.wrapping_add(1);
+            self.outstanding.insert(id);
+
+            return Some(Popped {
+                key: key.clone(),
+                deltas,
+                is_in_initial_list: counts_toward_initial,
+                receipt: PopReceipt { id, key, counts_toward_initial },
+            });
+        }
+        None
+    }
+
+    /// Pops up to `max` keys. A batch never crosses the end of the initial
+    /// population (as RealFIFO's batches, RF-T20 h), so a consumer can treat
+    /// a batch as wholly initial or wholly not.
+    pub fn pop_batch(&mut self, max: usize) -> Vec<Popped<K>> {
+        let mut batch: Vec<Popped<K>> = Vec::new();
+        while batch.len() < max {
+            let crosses_initial_end = batch.first().is_some_and(|p| p.is_in_initial_list) && self.initial_unpopped == 0;
+            if crosses_initial_end {
+                break;
+            }
+            match self.pop() {
+                Some(p) => batch.push(p),
+                None => break,
+            }
+        }
+        batch
+    }
+
+    /// The consumer has applied a popped item to the cache: it leaves the
+    /// in-flight overlay, and the last initial item latches HasSynced. A
+    /// receipt given twice (or unknown) is ignored with a warning.
+    pub fn done(&mut self, receipt: &PopReceipt) {
+        if !self.outstanding.remove(&receipt.id) {
+            tracing::warn!(key = %receipt.key, "done for an unknown or already finished pop; ignored");
+            return;
+        }
+        if let Entry::Occupied(mut e) = self.in_flight.entry(receipt.key.clone()) {
+            let f = e.get_mut();
+            f.count = f.count.saturating_sub(1);
+            if f.count == 0 {
+                e.remove();
+            }
+        }
+        if receipt.counts_toward_initial {
+            self.initial_unfinished = self.initial_unfinished.saturating_sub(1);
+            self.try_latch_synced();
+        }
+    }
+
+    /// True once the initial population has been popped and processed
+    /// (DF-15, latched). A first `add`/`update`/`delete`, or a first
+    /// `replace` that queues nothing, syncs at once.
+    pub fn has_synced(&self) -> bool {
+        self.synced
+    }
+
+    /// Number of queued keys.
+    pub fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// True when no key is queued (items may still be in flight).
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// Number of popped items not yet [`done`](Self::done).
+    pub fn in_flight(&self) -> usize {
+        self.outstanding.len()
+    }
+
+    fn overlay<'a>(&'a self, cache: &'a dyn KnownObjects<K>) -> Overlay<'a, K> {
+        Overlay { cache, in_flight: &self.in_flight }
+    }
+
+    fn mark_populated(&mut self) {
+        if !self.populated {
+            self.populated = true;
+            self.try_latch_synced();
+        }
+    }
+
+    fn try_latch_synced(&mut self) {
+        if self.populated && self.initial_unpopped == 0 && self.initial_unfinished == 0 {
+            self.synced = true;
+        }
+    }
+
+    fn queue_tombstone(&mut self, key: ObjectKey, last_known: Option<Arc<K>>) {
+        let tombstone = Tombstone { key: key.clone(), last_known };
+        self.queue_delta(key, Delta::Deleted(DeletedObject::Unknown(tombstone)));
+    }
+
+    /// DF-3 steps 3–4: append, deduplicate, and queue a new key at the tail.
+    fn queue_delta(&mut self, key: ObjectKey, delta: Delta<K>) {
+        match self.items.entry(key) {
+            Entry::Occupied(mut e) => {
+                let deltas = e.get_mut();
+                deltas.push(delta);
+                dedup_deltas(deltas);
+            }
+            Entry::Vacant(e) => {
+                self.queue.push_back(e.key().clone());
+                e.insert(vec![delta]);
+            }
+        }
+    }
+}
+
+/// DF-4: merge the last two deltas only if both are `Deleted`; keep the older
+/// one unless it is a tombstone.
+fn dedup_deltas<K>(deltas: &mut Vec<Delta<K>>) {
+    let keep_newer = match deltas.as_slice() {
+        [.., Delta::Deleted(older), Delta::Deleted(_)] => older.is_final_state_unknown(),
+        _ => return,
+    };
+    if let Some(newer) = deltas.pop()
+        && keep_newer
+        && let Some(last) = deltas.last_mut()
+    {
+        *last = newer;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::indexer::Cache;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::ObjectMeta;
+
+    /// `o(name, v)`: key `name`, resourceVersion `v` (spec section 3 notation).
+    fn o(name: &str, v: u64) -> Arc<ConfigMap> {
+        Arc::new(ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                resource_version: Some(v.to_string()),
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+    }
+
+    fn version(obj: &ConfigMap) -> u64 {
+        obj.metadata.resource_version.as_deref().and_then(|v| v.parse().ok()).unwrap_or(0)
+    }
+
+    fn name_at(obj: &ConfigMap) -> String {
+        format!("{}@{}", obj.metadata.name.as_deref().unwrap_or("?"), version(obj))
+    }
+
+    /// A delta as text: `Added foo@2`, `Deleted foo@2`, `Deleted DFSU(foo, foo@2)`.
+    fn show(d: &Delta<ConfigMap>) -> String {
+        match d {
+            Delta::Deleted(DeletedObject::Unknown(t)) => format!(
+                "Deleted DFSU({}, {})",
+                t.key,
+                t.last_known.as_deref().map_or("nil".to_owned(), name_at)
+            ),
+            Delta::Deleted(DeletedObject::Final(obj)) => format!("Deleted {}", name_at(obj)),
+            other => format!(
+                "{:?} {}",
+                other.delta_type(),
+                other.object().map_or("nil".to_owned(), |o| name_at(o))
+            ),
+        }
+    }
+
+    fn shows(deltas: &[Delta<ConfigMap>]) -> Vec<String> {
+        deltas.iter().map(show).collect()
+    }
+
+    /// Pops one item, marks it done, and returns its deltas as text.
+    fn pop_one(q: &mut DeltaQueue<ConfigMap>) -> Vec<String> {
+        let p = q.pop().expect("an item to pop");
+        q.done(&p.receipt);
+        shows(&p.deltas)
+    }
+
+    /// Pops one item, marks it done, and returns the newest object's version.
+    fn pop_newest(q: &mut DeltaQueue<ConfigMap>) -> u64 {
+        let p = q.pop().expect("an item to pop");
+        q.done(&p.receipt);
+        version(p.deltas.last().and_then(|d| d.object()).expect("an object"))
+    }
+
+    fn pending(q: &DeltaQueue<ConfigMap>, key: &str) -> Vec<String> {
+        q.items.get(key).map(|d| shows(d)).unwrap_or_default()
+    }
+
+    fn queue() -> DeltaQueue<ConfigMap> {
+        DeltaQueue::new(DeltaQueueOptions::default())
+    }
+
+    fn queue_emitting_sync() -> DeltaQueue<ConfigMap> {
+        DeltaQueue::new(DeltaQueueOptions { emit_replaced: false })
+    }
+
+    /// A fixed list of known objects (client-go's `literalListerGetter`).
+    struct Listed(Vec<Arc<ConfigMap>>);
+
+    impl KnownObjects<ConfigMap> for Listed {
+        fn known_keys(&self) -> Vec<ObjectKey> {
+            self.0.iter().filter_map(|o| ObjectKey::of(&**o).ok()).collect()
+        }
+
+        fn known_object(&self, key: &ObjectKey) -> Option<Arc<ConfigMap>> {
+            self.0.iter().find(|o| ObjectKey::of(&***o).is_ok_and(|k| &k == key)).cloned()
+        }
+    }
+
+    fn strs(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    // ---- spec 3.1 scenarios -------------------------------------------------
+
+    #[test]
+    fn df_t2_replace_with_delete_delta_in() {
+        for (mut q, replaced) in [(queue_emitting_sync(), "Sync"), (queue(), "Replaced")] {
+            let k = Listed(vec![o("foo", 1)]);
+            q.delete(o("foo", 1), &k).unwrap();
+            q.replace(vec![o("foo", 2)], &k).unwrap();
+            assert_eq!(pop_one(&mut q), vec!["Deleted foo@1".to_owned(), format!("{replaced} foo@2")]);
+            assert!(q.is_empty());
+        }
+    }
+
+    /// DF-T3: each row with no known objects (`()`) and with an empty known set.
+    fn df_t3_case(emit_replaced: bool, ops: impl Fn(&mut DeltaQueue<ConfigMap>, &dyn KnownObjects<ConfigMap>), expected: &[&str]) {
+        let empty = Listed(vec![]);
+        let knowns: [&dyn KnownObjects<ConfigMap>; 2] = [&(), &empty];
+        for known in knowns {
+            let mut q = DeltaQueue::new(DeltaQueueOptions { emit_replaced });
+            ops(&mut q, known);
+            assert_eq!(pop_one(&mut q), strs(expected));
+            assert!(q.items.is_empty() && q.is_empty());
+            assert!(q.pop().is_none());
+        }
+    }
+
+    #[test]
+    fn df_t3a_replace_makes_deletions_for_objects_only_in_queue() {
+        df_t3_case(
+            true,
+            |q, k| {
+                q.add(o("foo", 2), k).unwrap();
+                q.replace(vec![], k).unwrap();
+            },
+            &["Added foo@2", "Deleted DFSU(foo, foo@2)"],
+        );
+    }
+
+    #[test]
+    fn df_t3b_replaced_then_deleted_by_empty_replace() {
+        df_t3_case(
+            true,
+            |q, k| {
+                q.add(o("foo", 2), k).unwrap();
+                q.replace(vec![o("foo", 2)], k).unwrap();
+                q.replace(vec![], k).unwrap();
+            },
+            &["Added foo@2", "Replaced foo@2", "Deleted DFSU(foo, foo@2)"],
+        );
+    }
+
+    #[test]
+    fn df_t3c_tombstone_deduplicated_into_real_delete() {
+        df_t3_case(
+            true,
+            |q, k| {
+                q.add(o("foo", 2), k).unwrap();
+                q.delete(o("foo", 2), k).unwrap();
+                q.replace(vec![], k).unwrap();
+            },
+            &["Added foo@2", "Deleted foo@2"],
+        );
+    }
+
+    #[test]
+    fn df_t3d_sync_deltas_not_deduplicated() {
+        df_t3_case(
+            false,
+            |q, k| {
+                q.add(o("foo", 2), k).unwrap();
+                q.replace(vec![o("foo", 2)], k).unwrap();
+                q.replace(vec![o("foo", 2)], k).unwrap();
+                q.replace(vec![], k).unwrap();
+            },
+            &["Added foo@2", "Sync foo@2", "Sync foo@2", "Deleted DFSU(foo, foo@2)"],
+        );
+    }
+
+    #[test]
+    fn df_t3e_second_tombstone_replaces_first_no_nesting() {
+        df_t3_case(
+            true,
+            |q, k| {
+                q.add(o("foo", 2), k).unwrap();
+                q.replace(vec![], k).unwrap();
+                q.replace(vec![], k).unwrap();
+            },
+            &["Added foo@2", "Deleted DFSU(foo, foo@2)"],
+        );
+    }
+
+    #[test]
+    fn df_t3f_tombstone_carries_newest_queued_object() {
+        df_t3_case(
+            true,
+            |q, k| {
+                q.add(o("foo", 2), k).unwrap();
+                q.delete(o("foo", 2), k).unwrap();
+                q.add(o("foo", 3), k).unwrap();
+                q.replace(vec![], k).unwrap();
+            },
+            &["Added foo@2", "Deleted foo@2", "Added foo@3", "Deleted DFSU(foo, foo@3)"],
+        );
+    }
+
+    #[test]
+    fn df_t4_add_update() {
+        let mut q = queue();
+        q.add(o("foo", 10), &()).unwrap();
+        q.update(o("foo", 12), &()).unwrap();
+        q.delete(o("foo", 15), &()).unwrap();
+        assert_eq!(q.queue.iter().map(|k| k.to_string()).collect::<Vec<_>>(), ["foo"]);
+        let newest: Vec<String> = q.items.values().filter_map(|d| d.last()).map(show).collect();
+        assert_eq!(newest, ["Deleted foo@15"]);
+        assert_eq!(pop_newest(&mut q), 15);
+        assert!(q.pop().is_none(), "no second item");
+        assert!(!q.items.contains_key("foo"));
+    }
+
+    #[test]
+    fn df_t6_enqueueing_no_lister() {
+        let mut q = queue();
+        q.add(o("foo", 10), &()).unwrap();
+        q.update(o("bar", 15), &()).unwrap();
+        q.add(o("qux", 17), &()).unwrap();
+        q.delete(o("qux", 18), &()).unwrap();
+        q.delete(o("baz", 20), &()).unwrap(); // never seen: dropped
+        assert_eq!([pop_newest(&mut q), pop_newest(&mut q), pop_newest(&mut q)], [10, 15, 18]);
+        assert!(q.pop().is_none());
+        assert!(q.items.is_empty());
+    }
+
+    #[test]
+    fn df_t7_enqueueing_with_lister() {
+        let k = Listed(vec![o("foo", 5), o("bar", 6), o("baz", 7)]);
+        let mut q = queue();
+        q.add(o("foo", 10), &k).unwrap();
+        q.update(o("bar", 15), &k).unwrap();
+        q.delete(o("baz", 20), &k).unwrap(); // known: queued
+        assert_eq!([pop_newest(&mut q), pop_newest(&mut q), pop_newest(&mut q)], [10, 15, 20]);
+        assert!(q.pop().is_none());
+        assert!(q.items.is_empty());
+    }
+
+    #[test]
+    fn df_t8_add_replace() {
+        let mut q = queue();
+        q.add(o("foo", 10), &()).unwrap();
+        q.replace(vec![o("foo", 15)], &()).unwrap();
+        let p = q.pop().unwrap();
+        q.done(&p.receipt);
+        assert_eq!(shows(&p.deltas), ["Added foo@10", "Replaced foo@15"]);
+        assert!(q.pop().is_none());
+        assert!(!q.items.contains_key("foo"));
+    }
+
+    #[test]
+    fn df_t9_resync_non_existing() {
+        let k = Listed(vec![o("foo", 5)]);
+        let mut q = queue();
+        q.delete(o("foo", 10), &k).unwrap();
+        q.resync(&k);
+        assert_eq!(pending(&q, "foo"), ["Deleted foo@10"]);
+    }
+
+    #[test]
+    fn df_t10_resync() {
+        let k = Listed(vec![o("foo", 5)]);
+        let mut q = queue();
+        q.resync(&k);
+        assert_eq!(pending(&q, "foo"), ["Sync foo@5"]);
+    }
+
+    #[test]
+    fn df_t11_delete_existing_non_propagated() {
+        let k = Listed(vec![]);
+        let mut q = queue();
+        q.add(o("foo", 5), &k).unwrap();
+        q.delete(o("foo", 6), &k).unwrap();
+        assert_eq!(pending(&q, "foo"), ["Added foo@5", "Deleted foo@6"]);
+    }
+
+    /// DF-T12 (`TestDeltaFIFO_ReplaceMakesDeletions`; the spec table only
+    /// refers to it from DF-T13). Emits `Sync`, as upstream.
+    #[test]
+    fn df_t12_replace_makes_deletions() {
+        let k = Listed(vec![o("foo", 5), o("bar", 6), o("baz", 7)]);
+
+        // i) a pre-existing delete
+        let mut q = queue_emitting_sync();
+        q.delete(o("baz", 10), &k).unwrap();
+        q.replace(vec![o("foo", 5)], &k).unwrap();
+        assert_eq!(pop_one(&mut q), ["Deleted baz@10"]);
+        assert_eq!(pop_one(&mut q), ["Sync foo@5"]);
+        assert_eq!(pop_one(&mut q), ["Deleted DFSU(bar, bar@6)"]);
+        assert!(q.pop().is_none());
+
+        // ii) a pre-existing add: the tombstone carries the queued state
+        let mut q = queue_emitting_sync();
+        q.add(o("baz", 10), &k).unwrap();
+        q.replace(vec![o("foo", 5)], &k).unwrap();
+        assert_eq!(pop_one(&mut q), ["Added baz@10", "Deleted DFSU(baz, baz@10)"]);
+        assert_eq!(pop_one(&mut q), ["Sync foo@5"]);
+        assert_eq!(pop_one(&mut q), ["Deleted DFSU(bar, bar@6)"]);
+        assert!(q.pop().is_none());
+
+        // iii) deleted and re-created in the queue, then deleted by a relist
+        let mut q = queue_emitting_sync();
+        q.delete(o("bar", 6), &k).unwrap();
+        q.add(o("bar", 100), &k).unwrap();
+        q.replace(vec![o("foo", 5)], &k).unwrap();
+        assert_eq!(pop_one(&mut q), ["Deleted bar@6", "Added bar@100", "Deleted DFSU(bar, bar@100)"]);
+        assert_eq!(pop_one(&mut q), ["Sync foo@5"]);
+        assert_eq!(pop_one(&mut q), ["Deleted DFSU(baz, baz@7)"]);
+        assert!(q.pop().is_none());
+
+        // iv) relisted first, so the delete uses the latest version
+        let mut q = queue_emitting_sync();
+        q.replace(vec![o("bar", 100), o("foo", 5)], &k).unwrap();
+        q.replace(vec![o("foo", 5)], &k).unwrap();
+        assert_eq!(pop_one(&mut q), ["Sync bar@100", "Deleted DFSU(bar, bar@100)"]);
+        assert_eq!(pop_one(&mut q), ["Sync foo@5", "Sync foo@5"]);
+        assert_eq!(pop_one(&mut q), ["Deleted DFSU(baz, baz@7)"]);
+        assert!(q.pop().is_none());
+
+        // v) without known objects
+        let mut q = queue_emitting_sync();
+        q.add(o("baz", 10), &()).unwrap();
+        q.replace(vec![o("foo", 5)], &()).unwrap();
+        assert_eq!(pop_one(&mut q), ["Added baz@10", "Deleted DFSU(baz, baz@10)"]);
+        assert_eq!(pop_one(&mut q), ["Sync foo@5"]);
+        assert!(q.pop().is_none());
+    }
+
+    #[test]
+    fn df_t13_replace_makes_deletions_replaced() {
+        let k = Listed(vec![o("foo", 5), o("bar", 6), o("baz", 7)]);
+        let mut q = queue();
+        q.delete(o("baz", 10), &k).unwrap();
+        q.replace(vec![o("foo", 6)], &k).unwrap();
+        assert_eq!(pop_one(&mut q), ["Deleted baz@10"]);
+        assert_eq!(pop_one(&mut q), ["Replaced foo@6"]);
+        assert_eq!(pop_one(&mut q), ["Deleted DFSU(bar, bar@6)"]);
+        assert!(q.pop().is_none());
+    }
+
+    #[test]
+    fn df_t14_replace_delta_type() {
+        let k = Listed(vec![o("foo", 5)]);
+        let mut q = queue();
+        q.replace(vec![o("foo", 5)], &k).unwrap();
+        assert_eq!(pop_one(&mut q), ["Replaced foo@5"]);
+        assert!(q.pop().is_none());
+    }
+
+    #[test]
+    fn df_t15_update_resync_race() {
+        let k = Listed(vec![o("foo", 5)]);
+        let mut q = queue();
+        q.update(o("foo", 6), &k).unwrap();
+        q.resync(&k);
+        assert_eq!(pop_one(&mut q), ["Updated foo@6"]);
+        assert!(q.pop().is_none());
+    }
+
+    /// DF-T16 (`TestDeltaFIFO_HasSyncedCorrectOnDeletion`, absent from the
+    /// spec table): tombstones of the initial relist count toward the sync.
+    #[test]
+    fn df_t16_has_synced_correct_on_deletion() {
+        let k = Listed(vec![o("foo", 5), o("bar", 6), o("baz", 7)]);
+        let mut q = queue();
+        q.replace(vec![o("foo", 5)], &k).unwrap();
+        for expected in ["Replaced foo@5", "Deleted DFSU(bar, bar@6)", "Deleted DFSU(baz, baz@7)"] {
+            assert!(!q.has_synced());
+            let p = q.pop().unwrap();
+            assert!(p.is_in_initial_list);
+            assert_eq!(shows(&p.deltas), [expected]);
+            q.done(&p.receipt);
+        }
+        assert!(q.has_synced());
+    }
+
+    /// DF-T17 (`TestDeltaFIFO_detectLineJumpers`, absent from the spec
+    /// table): a queued key keeps its position.
+    #[test]
+    fn df_t17_detect_line_jumpers() {
+        let mut q = queue();
+        q.add(o("foo", 10), &()).unwrap();
+        q.add(o("bar", 1), &()).unwrap();
+        q.add(o("foo", 11), &()).unwrap();
+        q.add(o("foo", 13), &()).unwrap();
+        q.add(o("zab", 30), &()).unwrap();
+        assert_eq!(pop_newest(&mut q), 13);
+        q.add(o("foo", 14), &()).unwrap(); // must not jump back in line
+        assert_eq!([pop_newest(&mut q), pop_newest(&mut q), pop_newest(&mut q)], [1, 30, 14]);
+    }
+
+    /// DF-T18: `KeyOf` of an object, a tombstone, and deltas of each. Keys are
+    /// typed here: an object's key is `ObjectKey::of`, a tombstone carries its
+    /// key, and a popped item carries the key of its deltas.
+    #[test]
+    fn df_t18_key_of() {
+        assert_eq!(ObjectKey::of(&*o("A", 1)).unwrap().as_str(), "A");
+        let t: Tombstone<ConfigMap> = Tombstone { key: "B".into(), last_known: None };
+        assert_eq!(t.key.as_str(), "B");
+
+        let mut q = queue();
+        q.add(o("C", 1), &()).unwrap();
+        assert_eq!(q.pop().unwrap().key.as_str(), "C");
+
+        // Deltas{DFSU(D, nil)}: a known key whose object vanished.
+        struct KeyOnly;
+        impl KnownObjects<ConfigMap> for KeyOnly {
+            fn known_keys(&self) -> Vec<ObjectKey> {
+                vec!["D".into()]
+            }
+            fn known_object(&self, _: &ObjectKey) -> Option<Arc<ConfigMap>> {
+                None
+            }
+        }
+        let mut q = queue();
+        q.replace(vec![], &KeyOnly).unwrap();
+        let p = q.pop().unwrap();
+        assert_eq!(p.key.as_str(), "D");
+        assert_eq!(shows(&p.deltas), ["Deleted DFSU(D, nil)"]);
+        assert_eq!(p.receipt.key().as_str(), "D");
+    }
+
+    #[test]
+    fn df_t19_has_synced() {
+        // none → false
+        assert!(!queue().has_synced());
+        // Add a → true
+        let mut q = queue();
+        q.add(o("a", 1), &()).unwrap();
+        assert!(q.has_synced());
+        // Replace([]) → true
+        let mut q = queue();
+        q.replace(vec![], &()).unwrap();
+        assert!(q.has_synced());
+        // Replace([a, b]) → false; +1 Pop → false; +2 Pops → true
+        let mut q = queue();
+        q.replace(vec![o("a", 1), o("b", 2)], &()).unwrap();
+        assert!(!q.has_synced());
+        assert_eq!(pop_one(&mut q), ["Replaced a@1"]);
+        assert!(!q.has_synced());
+        assert_eq!(pop_one(&mut q), ["Replaced b@2"]);
+        assert!(q.has_synced());
+        // Replace([a1, a2]) (same key twice) + 1 Pop → true
+        let mut q = queue();
+        q.replace(vec![o("a", 1), o("a", 2)], &()).unwrap();
+        assert_eq!(pop_one(&mut q), ["Replaced a@1", "Replaced a@2"]);
+        assert!(q.has_synced());
+    }
+
+    /// DF-15 note / spec section 5: synced only once the last initial item is
+    /// processed (`done`), not when it is popped; and it stays latched.
+    #[test]
+    fn df_15_synced_latched_after_done_not_pop() {
+        let mut q = queue();
+        q.replace(vec![o("a", 1), o("b", 2)], &()).unwrap();
+        let a = q.pop().unwrap();
+        let b = q.pop().unwrap();
+        assert!(a.is_in_initial_list && b.is_in_initial_list);
+        assert!(!q.has_synced(), "nothing processed yet");
+        q.done(&b.receipt);
+        assert!(!q.has_synced(), "a is still being processed");
+        // A watch event after the initial list is not part of it, even while
+        // the initial list is still being processed.
+        q.add(o("c", 3), &()).unwrap();
+        let c = q.pop().unwrap();
+        assert!(!c.is_in_initial_list && !c.receipt.counts_toward_initial());
+        q.done(&c.receipt);
+        assert!(!q.has_synced());
+        q.done(&a.receipt);
+        assert!(q.has_synced());
+        // Latched: a later relist does not unsync.
+        q.replace(vec![o("d", 4)], &()).unwrap();
+        assert!(q.has_synced());
+        assert!(!q.pop().unwrap().is_in_initial_list);
+    }
+
+    /// DF-T20 is about `Close` waking blocked `Pop` calls. Our `pop` never
+    /// blocks (the owning actor waits and shuts down), so the closest
+    /// meaningful check is that it returns at once on an empty queue, and
+    /// that items queued after that are returned.
+    #[test]
+    fn df_t20_pop_on_empty_returns_at_once() {
+        let mut q = queue();
+        for _ in 0..10 {
+            assert!(q.pop().is_none());
+        }
+        assert!(q.pop_batch(10).is_empty());
+        q.add(o("foo", 1), &()).unwrap();
+        assert_eq!(pop_one(&mut q), ["Added foo@1"]);
+    }
+
+    // ---- DF-4 -------------------------------------------------------------
+
+    #[test]
+    fn df_4_dedup_rules() {
+        fn final_(v: u64) -> Delta<ConfigMap> {
+            Delta::Deleted(DeletedObject::Final(o("foo", v)))
+        }
+        fn dfsu(v: u64) -> Delta<ConfigMap> {
+            Delta::Deleted(DeletedObject::Unknown(Tombstone { key: "foo".into(), last_known: Some(o("foo", v)) }))
+        }
+        let dedup = |mut deltas: Vec<Delta<ConfigMap>>| {
+            dedup_deltas(&mut deltas);
+            shows(&deltas)
+        };
+        // a real delete is preferred over a tombstone, whichever came first
+        assert_eq!(dedup(vec![final_(1), dfsu(2)]), ["Deleted foo@1"]);
+        assert_eq!(dedup(vec![dfsu(1), final_(2)]), ["Deleted foo@2"]);
+        // a newer tombstone replaces an older one
+        assert_eq!(dedup(vec![dfsu(1), dfsu(2)]), ["Deleted DFSU(foo, foo@2)"]);
+        // two real deletes: the older is kept
+        assert_eq!(dedup(vec![final_(1), final_(2)]), ["Deleted foo@1"]);
+        // only the last two are compared; nothing else merges
+        assert_eq!(dedup(vec![final_(1), final_(2), Delta::Added(o("foo", 3))]).len(), 3);
+        assert_eq!(dedup(vec![Delta::Sync(o("foo", 1)), Delta::Sync(o("foo", 1))]).len(), 2);
+        assert_eq!(dedup(vec![Delta::Updated(o("foo", 1)), Delta::Updated(o("foo", 2))]).len(), 2);
+
+        // through the public API: final + final keeps the older one
+        let mut q = queue();
+        q.add(o("foo", 1), &()).unwrap();
+        q.delete(o("foo", 2), &()).unwrap();
+        q.delete(o("foo", 3), &()).unwrap();
+        assert_eq!(pending(&q, "foo"), ["Added foo@1", "Deleted foo@2"]);
+        // tombstone then a real delete: the real delete wins
+        let mut q = queue();
+        q.add(o("foo", 1), &()).unwrap();
+        q.replace(vec![], &()).unwrap();
+        q.delete(o("foo", 2), &()).unwrap();
+        assert_eq!(pending(&q, "foo"), ["Added foo@1", "Deleted foo@2"]);
+    }
+
+    #[test]
+    fn added_deleted_added_is_kept() {
+        let mut q = queue();
+        q.add(o("foo", 1), &()).unwrap();
+        q.delete(o("foo", 2), &()).unwrap();
+        q.add(o("foo", 3), &()).unwrap();
+        assert_eq!(pop_one(&mut q), ["Added foo@1", "Deleted foo@2", "Added foo@3"]);
+    }
+
+    #[test]
+    fn key_error_changes_nothing() {
+        let nameless = Arc::new(ConfigMap::default());
+        let mut q = queue();
+        assert_eq!(q.add(nameless.clone(), &()), Err(KeyError::MissingName));
+        assert_eq!(q.delete(nameless.clone(), &()), Err(KeyError::MissingName));
+        assert!(!q.has_synced(), "a failed mutation does not populate");
+        assert_eq!(q.replace(vec![o("a", 1), nameless], &()), Err(KeyError::MissingName));
+        assert!(q.is_empty(), "replace is atomic");
+    }
+
+    #[test]
+    fn objects_are_shared_not_copied() {
+        let obj = o("foo", 1);
+        let mut q = queue();
+        q.add(obj.clone(), &()).unwrap();
+        q.replace(vec![], &()).unwrap();
+        let p = q.pop().unwrap();
+        assert!(Arc::ptr_eq(p.deltas[0].object().unwrap(), &obj));
+        assert!(Arc::ptr_eq(p.deltas[1].object().unwrap(), &obj), "the tombstone shares it too");
+    }
+
+    #[test]
+    fn pop_batch_stops_at_end_of_initial_list() {
+        let mut q = queue();
+        q.replace(vec![o("a", 1), o("b", 2), o("c", 3)], &()).unwrap();
+        q.add(o("d", 4), &()).unwrap();
+        q.add(o("e", 5), &()).unwrap();
+        let b1 = q.pop_batch(2);
+        assert_eq!(b1.iter().map(|p| p.key.to_string()).collect::<Vec<_>>(), ["a", "b"]);
+        let b2 = q.pop_batch(10);
+        assert_eq!(b2.iter().map(|p| (p.key.to_string(), p.is_in_initial_list)).collect::<Vec<_>>(), [("c".to_owned(), true)]);
+        let b3 = q.pop_batch(10);
+        assert_eq!(b3.iter().map(|p| (p.key.to_string(), p.is_in_initial_list)).collect::<Vec<_>>(), [("d".to_owned(), false), ("e".to_owned(), false)]);
+        assert_eq!(q.in_flight(), 5);
+        for p in b1.iter().chain(&b2).chain(&b3) {
+            q.done(&p.receipt);
+        }
+        assert_eq!(q.in_flight(), 0);
+        assert!(q.has_synced());
+        assert!(q.pop_batch(0).is_empty());
+    }
+
+    #[test]
+    fn done_twice_is_ignored() {
+        let mut q = queue();
+        q.replace(vec![o("a", 1), o("b", 2)], &()).unwrap();
+        let a = q.pop().unwrap();
+        q.done(&a.receipt);
+        q.done(&a.receipt);
+        assert!(!q.has_synced(), "a second done must not count b as processed");
+        assert_eq!(q.in_flight(), 0);
+        let b = q.pop().unwrap();
+        assert_eq!(q.in_flight(), 1);
+        q.done(&b.receipt);
+        assert!(q.has_synced());
+    }
+
+    // ---- the in-flight overlay (popped, not yet applied to the cache) -----
+
+    /// Applies a popped item to the cache as the Indexer actor does.
+    fn apply(cache: &mut Cache<ConfigMap>, p: &Popped<ConfigMap>) {
+        for d in &p.deltas {
+            match d {
+                Delta::Deleted(_) => {
+                    cache.remove(&p.key);
+                }
+                other => {
+                    if let Some(obj) = other.object() {
+                        cache.upsert(p.key.clone(), obj.clone());
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn overlay_add_in_flight_then_replace_empty_makes_tombstone() {
+        let cache = Cache::<ConfigMap>::new();
+        let mut q = queue();
+        q.add(o("foo", 1), &cache).unwrap();
+        let _p = q.pop().unwrap(); // popped, not applied: the cache is still empty
+        q.replace(vec![], &cache).unwrap();
+        assert_eq!(pop_one(&mut q), ["Deleted DFSU(foo, foo@1)"]);
+    }
+
+    #[test]
+    fn overlay_add_in_flight_then_delete_is_not_dropped() {
+        let cache = Cache::<ConfigMap>::new();
+        let mut q = queue();
+        q.add(o("foo", 1), &cache).unwrap();
+        let _p = q.pop().unwrap();
+        q.delete(o("foo", 2), &cache).unwrap();
+        assert_eq!(pop_one(&mut q), ["Deleted foo@2"]);
+    }
+
+    #[test]
+    fn overlay_delete_in_flight_is_not_known() {
+        let mut cache = Cache::<ConfigMap>::new();
+        cache.upsert("foo".into(), o("foo", 1));
+        let mut q = queue();
+        q.delete(o("foo", 2), &cache).unwrap();
+        let p = q.pop().unwrap(); // the cache still holds foo
+        // No second tombstone for an object whose delete is being applied,
+        // and a repeated delete is dropped.
+        q.replace(vec![], &cache).unwrap();
+        q.delete(o("foo", 2), &cache).unwrap();
+        q.resync(&cache);
+        assert!(q.is_empty());
+        apply(&mut cache, &p);
+        q.done(&p.receipt);
+        q.replace(vec![], &cache).unwrap();
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn overlay_update_in_flight_resync_skips_key() {
+        let mut cache = Cache::<ConfigMap>::new();
+        cache.upsert("foo".into(), o("foo", 5));
+        let mut q = queue();
+        q.update(o("foo", 6), &cache).unwrap();
+        let p = q.pop().unwrap();
+        q.resync(&cache);
+        assert!(q.is_empty(), "a Sync of foo@5 would go back in time");
+        apply(&mut cache, &p);
+        q.done(&p.receipt);
+        q.resync(&cache);
+        assert_eq!(pop_one(&mut q), ["Sync foo@6"]);
+    }
+
+    #[test]
+    fn overlay_newest_in_flight_state_wins() {
+        let mut cache = Cache::<ConfigMap>::new();
+        let mut q = queue();
+        q.add(o("foo", 1), &cache).unwrap();
+        let p1 = q.pop().unwrap();
+        q.delete(o("foo", 2), &cache).unwrap();
+        let p2 = q.pop().unwrap();
+        assert_eq!(q.in_flight(), 2);
+        // Applying the add first leaves the cache with foo, but the delete is
+        // still in flight: foo is not known.
+        apply(&mut cache, &p1);
+        q.done(&p1.receipt);
+        q.replace(vec![], &cache).unwrap();
+        assert!(q.is_empty());
+        apply(&mut cache, &p2);
+        q.done(&p2.receipt);
+        assert_eq!(q.in_flight(), 0);
+        assert!(q.in_flight.is_empty());
+        assert!(cache.is_empty());
+    }
+
+    #[test]
+    fn overlay_replace_keeps_in_flight_object_for_listed_key() {
+        // An in-flight key that is in the new list gets no tombstone.
+        let cache = Cache::<ConfigMap>::new();
+        let mut q = queue();
+        q.add(o("foo", 1), &cache).unwrap();
+        let _p = q.pop().unwrap();
+        q.replace(vec![o("foo", 2)], &cache).unwrap();
+        assert_eq!(pop_one(&mut q), ["Replaced foo@2"]);
+        assert!(q.pop().is_none());
+    }
+}
+
+/// Property tests: the queue and the cache together against a model server.
+#[cfg(test)]
+mod properties {
+    use std::collections::{BTreeMap, HashMap, VecDeque};
+
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::ObjectMeta;
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::indexer::Cache;
+
+    fn o(name: &str, v: u64) -> Arc<ConfigMap> {
+        Arc::new(ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                resource_version: Some(v.to_string()),
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+    }
+
+    fn version(obj: &ConfigMap) -> u64 {
+        obj.metadata.resource_version.as_deref().and_then(|v| v.parse().ok()).unwrap_or(0)
+    }
+
+    /// DF-T1 (`TestDeltaFIFO_basic`): two producers each add 500 distinct
+    /// keys with increasing values, interleaved at random with pops of random
+    /// batch sizes. Each producer's values come out strictly increasing and
+    /// nothing is lost.
+    mod df_t1 {
+        use super::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(64))]
+            #[test]
+            fn df_t1_basic_per_producer_order(steps in proptest::collection::vec(0u8..6, 0..3000)) {
+                const AMOUNT: u64 = 500;
+                let mut q: DeltaQueue<ConfigMap> = DeltaQueue::new(DeltaQueueOptions::default());
+                let (mut next_a, mut next_b) = (0u64, 0u64);
+                let mut popped: Vec<(String, u64)> = Vec::new();
+                let mut pop = |q: &mut DeltaQueue<ConfigMap>, n: usize, popped: &mut Vec<(String, u64)>| {
+                    for p in q.pop_batch(n) {
+                        let obj = p.deltas.last().and_then(|d| d.object()).expect("an object");
+                        popped.push((p.key.as_str()[..1].to_owned(), version(obj)));
+                        q.done(&p.receipt);
+                    }
+                };
+                for step in steps {
+                    match step {
+                        0 | 1 if next_a < AMOUNT => {
+                            next_a += 1;
+                            q.add(o(&format!("a{next_a}"), next_a), &()).unwrap();
+                        }
+                        2 | 3 if next_b < AMOUNT => {
+                            next_b += 1;
+                            q.add(o(&format!("b{next_b}"), next_b), &()).unwrap();
+                        }
+                        n => pop(&mut q, usize::from(n), &mut popped),
+                    }
+                }
+                while next_a < AMOUNT || next_b < AMOUNT {
+                    if next_a < AMOUNT {
+                        next_a += 1;
+                        q.add(o(&format!("a{next_a}"), next_a), &()).unwrap();
+                    }
+                    if next_b < AMOUNT {
+                        next_b += 1;
+                        q.add(o(&format!("b{next_b}"), next_b), &()).unwrap();
+                    }
+                }
+                pop(&mut q, usize::MAX, &mut popped);
+                prop_assert_eq!(popped.len(), 2 * AMOUNT as usize);
+                for producer in ["a", "b"] {
+                    let values: Vec<u64> = popped.iter().filter(|(p, _)| p == producer).map(|&(_, v)| v).collect();
+                    prop_assert_eq!(values, (1..=AMOUNT).collect::<Vec<_>>());
+                }
+                prop_assert!(q.is_empty() && q.in_flight() == 0);
+            }
+        }
+    }
+
+    /// One step of the model world.
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// Create the object (absent), or update / delete it (present).
+        Write { key: u8, delete: bool },
+        /// The watch breaks: later server writes are missed.
+        Disconnect,
+        /// The watch is back after a relist: `replace` with the server state.
+        Reconnect,
+        /// A periodic resync against the cache.
+        Resync,
+        /// The consumer pops a batch (it is applied later).
+        Pop(usize),
+        /// The consumer applies its oldest popped items and reports them done.
+        Apply(usize),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            8 => (0u8..5, any::<bool>()).prop_map(|(key, delete)| Op::Write { key, delete }),
+            1 => Just(Op::Disconnect),
+            1 => Just(Op::Reconnect),
+            1 => Just(Op::Resync),
+            3 => (1usize..5).prop_map(Op::Pop),
+            3 => (1usize..5).prop_map(Op::Apply),
+        ]
+    }
+
+    /// The model: a server, the queue, the cache, and an observer that
+    /// rebuilds the state from the popped deltas alone.
+    struct World {
+        server: BTreeMap<String, u64>,
+        rv: u64,
+        connected: bool,
+        queue: DeltaQueue<ConfigMap>,
+        cache: Cache<ConfigMap>,
+        popped: VecDeque<Popped<ConfigMap>>,
+        observer: BTreeMap<String, u64>,
+        newest_seen: HashMap<String, u64>,
+    }
+
+    impl World {
+        fn new(initial: &[bool]) -> Self {
+            let mut w = World {
+                server: BTreeMap::new(),
+                rv: 0,
+                connected: true,
+                queue: DeltaQueue::new(DeltaQueueOptions::default()),
+                cache: Cache::new(),
+                popped: VecDeque::new(),
+                observer: BTreeMap::new(),
+                newest_seen: HashMap::new(),
+            };
+            for (i, &present) in initial.iter().enumerate() {
+                if present {
+                    w.rv += 1;
+                    w.server.insert(format!("k{i}"), w.rv);
+                }
+            }
+            w.relist();
+            w
+        }
+
+        fn relist(&mut self) {
+            let list = self.server.iter().map(|(k, &v)| o(k, v)).collect();
+            self.queue.replace(list, &self.cache).unwrap();
+        }
+
+        fn step(&mut self, op: &Op) -> Result<(), TestCaseError> {
+            match *op {
+                Op::Write { key, delete } => {
+                    let name = format!("k{key}");
+                    self.rv += 1;
+                    let obj = o(&name, self.rv);
+                    match self.server.get(&name) {
+                        None => {
+                            self.server.insert(name, self.rv);
+                            if self.connected {
+                                self.queue.add(obj, &self.cache).unwrap();
+                            }
+                        }
+                        Some(_) if delete => {
+                            self.server.remove(&name);
+                            if self.connected {
+                                self.queue.delete(obj, &self.cache).unwrap();
+                            }
+                        }
+                        Some(_) => {
+                            self.server.insert(name, self.rv);
+                            if self.connected {
+                                self.queue.update(obj, &self.cache).unwrap();
+                            }
+                        }
+                    }
+                }
+                Op::Disconnect => self.connected = false,
+                Op::Reconnect => {
+                    if !self.connected {
+                        self.connected = true;
+                        self.relist();
+                    }
+                }
+                Op::Resync => self.queue.resync(&self.cache),
+                Op::Pop(n) => {
+                    for p in self.queue.pop_batch(n) {
+                        self.observe(&p)?;
+                        self.popped.push_back(p);
+                    }
+                }
+                Op::Apply(n) => {
+                    for _ in 0..n {
+                        let Some(p) = self.popped.pop_front() else { break };
+                        for d in &p.deltas {
+                            match d {
+                                Delta::Deleted(_) => {
+                                    self.cache.remove(&p.key);
+                                }
+                                other => {
+                                    let obj = other.object().expect("non-delete deltas carry an object");
+                                    self.cache.upsert(p.key.clone(), obj.clone());
+                                }
+                            }
+                        }
+                        self.queue.done(&p.receipt);
+                    }
+                }
+            }
+            // HasSynced only once every initial item has been applied.
+            if self.queue.has_synced() {
+                prop_assert!(self.popped.iter().all(|p| !p.is_in_initial_list));
+            }
+            Ok(())
+        }
+
+        /// The observer rebuilds the state from the deltas, which must never
+        /// go back in time nor delete what the observer does not have.
+        fn observe(&mut self, p: &Popped<ConfigMap>) -> Result<(), TestCaseError> {
+            prop_assert!(!p.deltas.is_empty());
+            let key = p.key.to_string();
+            for d in &p.deltas {
+                if let Some(obj) = d.object() {
+                    let v = version(obj);
+                    let newest = self.newest_seen.entry(key.clone()).or_insert(0);
+                    prop_assert!(v >= *newest, "{key}: {d:?} goes back from {newest}");
+                    *newest = v;
+                }
+                match d {
+                    Delta::Deleted(_) => {
+                        prop_assert!(self.observer.remove(&key).is_some(), "{key}: delete of an unknown object");
+                    }
+                    other => {
+                        let obj = other.object().expect("non-delete deltas carry an object");
+                        self.observer.insert(key.clone(), version(obj));
+                    }
+                }
+            }
+            Ok(())
+        }
+
+        fn drain(&mut self) -> Result<(), TestCaseError> {
+            self.step(&Op::Reconnect)?;
+            while !self.queue.is_empty() || !self.popped.is_empty() {
+                self.step(&Op::Pop(3))?;
+                self.step(&Op::Apply(2))?;
+            }
+            Ok(())
+        }
+
+        fn cache_state(&self) -> BTreeMap<String, u64> {
+            self.cache.list().iter().map(|o| (o.metadata.name.clone().unwrap_or_default(), version(o))).collect()
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+        #[test]
+        fn queue_into_cache_converges_to_server_state(
+            initial in proptest::collection::vec(any::<bool>(), 5),
+            ops in proptest::collection::vec(op(), 0..120),
+        ) {
+            let mut w = World::new(&initial);
+            for op in &ops {
+                w.step(op)?;
+            }
+            w.drain()?;
+            prop_assert_eq!(&w.cache_state(), &w.server);
+            prop_assert_eq!(&w.observer, &w.server);
+            prop_assert!(w.queue.is_empty());
+            prop_assert_eq!(w.queue.in_flight(), 0);
+            prop_assert!(w.queue.in_flight.is_empty());
+            prop_assert!(w.queue.has_synced());
+        }
+    }
+}

@@ -1,7 +1,9 @@
 //! One listener per subscriber: its pending notifications and its sync state.
 
+pub mod actor;
 pub mod queue;
 pub mod sync;
 
+pub use actor::*;
 pub use queue::*;
 pub use sync::*;

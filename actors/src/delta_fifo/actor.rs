@@ -1,0 +1,244 @@
+//! The DeltaFIFO actor: owns the [`DeltaQueue`], takes watch events and lists
+//! from the Reflector, and hands batches of per-key deltas to the Indexer.
+//!
+//! Flow control, both ways, by acknowledgement (never by mailbox capacity,
+//! which actix's `send`/`do_send` ignore):
+//! - Towards the Indexer: at most one batch in flight; the next is popped when
+//!   the Indexer answers. Meanwhile new events merge per key in the queue.
+//! - From the Reflector: [`Enqueue`] and [`Replace`] are answered at once while
+//!   the queue holds fewer than `high_watermark` deltas, and only once it has
+//!   drained below that otherwise. The Reflector awaits the answer before it
+//!   reads more of the watch stream.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use actix::prelude::*;
+use futures::channel::oneshot;
+use kube::Resource;
+use tokio::sync::watch;
+
+use super::{DeltaQueue, DeltaQueueOptions, PopReceipt};
+use crate::indexer::{CacheReader, Indexer, Process, UpstreamSynced};
+
+/// One watch event, as the Reflector hands it over.
+pub enum WatchDelta<K> {
+    /// `ADDED`.
+    Added(Arc<K>),
+    /// `MODIFIED`.
+    Modified(Arc<K>),
+    /// `DELETED`, with the server's final state.
+    Deleted(Arc<K>),
+}
+
+/// The DeltaFIFO has stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the delta fifo is closed")]
+pub struct FifoClosed;
+
+/// Watch events, in order. Answered when the queue has room.
+pub struct Enqueue<K>(pub Vec<WatchDelta<K>>);
+
+impl<K: 'static> Message for Enqueue<K> {
+    type Result = Result<(), FifoClosed>;
+}
+
+/// The complete state from a list (DF-9). Answered when the queue has room.
+pub struct Replace<K> {
+    /// Every object of the list.
+    pub objects: Vec<Arc<K>>,
+    /// The list's resourceVersion.
+    pub resource_version: String,
+}
+
+impl<K: 'static> Message for Replace<K> {
+    type Result = Result<(), FifoClosed>;
+}
+
+/// Live counters of the DeltaFIFO.
+#[derive(Debug, Default)]
+pub struct FifoStats {
+    /// Keys waiting in the queue.
+    pub queued_keys: AtomicUsize,
+    /// Deltas waiting (approximate: counted in, counted out).
+    pub queued_deltas: AtomicUsize,
+    /// True while the Reflector is held back.
+    pub saturated: AtomicBool,
+}
+
+/// Tuning of the DeltaFIFO actor.
+#[derive(Debug, Clone, Copy)]
+pub struct FifoOptions {
+    /// Most keys handed to the Indexer in one batch.
+    pub batch_size: usize,
+    /// Queued deltas above which the Reflector is held back.
+    pub high_watermark: usize,
+}
+
+impl Default for FifoOptions {
+    fn default() -> Self {
+        FifoOptions { batch_size: 256, high_watermark: 16_384 }
+    }
+}
+
+/// The DeltaFIFO actor.
+pub struct DeltaFifo<K: Resource + Send + Sync + 'static> {
+    queue: DeltaQueue<K>,
+    known: CacheReader<K>,
+    indexer: Addr<Indexer<K>>,
+    options: FifoOptions,
+    pending_deltas: usize,
+    in_flight: bool,
+    held_producers: Vec<oneshot::Sender<Result<(), FifoClosed>>>,
+    synced_sent: bool,
+    synced: watch::Sender<bool>,
+    stats: Arc<FifoStats>,
+}
+
+impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
+    /// A DeltaFIFO whose known objects are the Indexer's cache (`known`).
+    pub fn new(
+        known: CacheReader<K>,
+        indexer: Addr<Indexer<K>>,
+        options: FifoOptions,
+        synced: watch::Sender<bool>,
+        stats: Arc<FifoStats>,
+    ) -> Self {
+        DeltaFifo {
+            queue: DeltaQueue::new(DeltaQueueOptions::default()),
+            known,
+            indexer,
+            options,
+            pending_deltas: 0,
+            in_flight: false,
+            held_producers: Vec::new(),
+            synced_sent: false,
+            synced,
+            stats,
+        }
+    }
+
+    fn saturated(&self) -> bool {
+        self.pending_deltas >= self.options.high_watermark
+    }
+
+    fn answer(&mut self) -> ResponseFuture<Result<(), FifoClosed>> {
+        self.refresh_stats();
+        if !self.saturated() {
+            return Box::pin(async { Ok(()) });
+        }
+        let (tx, rx) = oneshot::channel();
+        self.held_producers.push(tx);
+        Box::pin(async move { rx.await.unwrap_or(Err(FifoClosed)) })
+    }
+
+    fn refresh_stats(&self) {
+        self.stats.queued_keys.store(self.queue.len(), Ordering::Relaxed);
+        self.stats.queued_deltas.store(self.pending_deltas, Ordering::Relaxed);
+        self.stats.saturated.store(self.saturated(), Ordering::Relaxed);
+    }
+
+    /// Hands the next batch to the Indexer if none is in flight.
+    fn pump(&mut self, ctx: &mut Context<Self>) {
+        if self.in_flight {
+            return;
+        }
+        let batch = self.queue.pop_batch(self.options.batch_size);
+        if batch.is_empty() {
+            self.check_synced();
+            return;
+        }
+        let popped: usize = batch.iter().map(|p| p.deltas.len()).sum();
+        self.pending_deltas = self.pending_deltas.saturating_sub(popped);
+        let receipts: Vec<PopReceipt> = batch.iter().map(|p| p.receipt.clone()).collect();
+        self.in_flight = true;
+        self.indexer
+            .send(Process(batch))
+            .into_actor(self)
+            .map(move |result, act, ctx| {
+                act.in_flight = false;
+                if result.is_err() {
+                    tracing::warn!("indexer is gone; delta fifo stops");
+                    ctx.stop();
+                    return;
+                }
+                for r in &receipts {
+                    act.queue.done(r);
+                }
+                act.check_synced();
+                act.release_producers();
+                act.pump(ctx);
+            })
+            .spawn(ctx);
+        self.refresh_stats();
+    }
+
+    fn check_synced(&mut self) {
+        if !self.synced_sent && self.queue.has_synced() {
+            self.synced_sent = true;
+            self.synced.send_replace(true);
+            self.indexer.do_send(UpstreamSynced);
+        }
+    }
+
+    fn release_producers(&mut self) {
+        if !self.saturated() {
+            for p in self.held_producers.drain(..) {
+                let _ = p.send(Ok(()));
+            }
+        }
+        self.refresh_stats();
+    }
+}
+
+impl<K: Resource + Send + Sync + 'static> Actor for DeltaFifo<K> {
+    type Context = Context<Self>;
+
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        for p in self.held_producers.drain(..) {
+            let _ = p.send(Err(FifoClosed));
+        }
+    }
+}
+
+impl<K: Resource + Send + Sync + 'static> Handler<Enqueue<K>> for DeltaFifo<K> {
+    type Result = ResponseFuture<Result<(), FifoClosed>>;
+
+    fn handle(&mut self, Enqueue(events): Enqueue<K>, ctx: &mut Context<Self>) -> Self::Result {
+        let known = self.known.snapshot();
+        self.pending_deltas += events.len();
+        for event in events {
+            let result = match event {
+                WatchDelta::Added(o) => self.queue.add(o, &known),
+                WatchDelta::Modified(o) => self.queue.update(o, &known),
+                WatchDelta::Deleted(o) => self.queue.delete(o, &known),
+            };
+            if let Err(err) = result {
+                tracing::warn!(%err, "watch event without a usable key: skipped");
+            }
+        }
+        self.pump(ctx);
+        self.answer()
+    }
+}
+
+impl<K: Resource + Send + Sync + 'static> Handler<Replace<K>> for DeltaFifo<K> {
+    type Result = ResponseFuture<Result<(), FifoClosed>>;
+
+    fn handle(&mut self, msg: Replace<K>, ctx: &mut Context<Self>) -> Self::Result {
+        let known = self.known.snapshot();
+        self.pending_deltas += msg.objects.len();
+        // Objects without a usable key can never be cached: drop them with a log
+        // rather than abort the whole Replace (client-go aborts part-way, DF-9).
+        let (usable, unusable): (Vec<_>, Vec<_>) =
+            msg.objects.into_iter().partition(|o| crate::key::ObjectKey::of(o.as_ref()).is_ok());
+        if !unusable.is_empty() {
+            tracing::warn!(count = unusable.len(), "list items without metadata.name: skipped");
+        }
+        if let Err(err) = self.queue.replace(usable, &known) {
+            tracing::error!(%err, rv = %msg.resource_version, "replace failed");
+        }
+        self.pump(ctx);
+        self.answer()
+    }
+}

@@ -1,0 +1,384 @@
+//! The Indexer actor: applies batches of deltas to the [`Cache`] (C-4),
+//! publishes the new snapshot, turns the deltas into [`Event`]s with their
+//! [`Cause`], and distributes them to the listeners (SI-8, SI-9).
+//!
+//! - A batch is answered (acknowledged to the DeltaFIFO) only when every
+//!   listener has accepted its events: a `Block` listener that is full holds
+//!   the pipeline back; a `Coalesce` listener never does.
+//! - Updates whose resourceVersion did not change (a relist of an unchanged
+//!   object) go only to the subscribers marked syncing at the last resync
+//!   check (SI-10), so a relist is no update storm.
+//! - A subscriber added at any time first receives the current cache as
+//!   `Initial` adds, while deltas wait (SI-5); its sync state follows HS-2.
+//! - A resync replays the current cache, in chunks between batches, to the
+//!   subscribers that are due, and only to them.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use actix::prelude::*;
+use futures::channel::oneshot;
+use kube::Resource;
+
+use super::Cache;
+use crate::delta_fifo::{Delta, Popped};
+use crate::event::{Cause, Event};
+use crate::key::ObjectKey;
+use crate::listener::{Deliver, Listener, SubscriberId, UpstreamSynced as ListenerUpstreamSynced};
+
+/// Most keys replayed per step of a replay or resync sweep.
+const SWEEP_CHUNK: usize = 256;
+
+/// A batch of popped deltas. Answered once the listeners accepted its events.
+pub struct Process<K>(pub Vec<Popped<K>>);
+
+impl<K: 'static> Message for Process<K> {
+    type Result = ();
+}
+
+/// The DeltaFIFO has synced (DF-15): listeners may sync once their initial adds are handled.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct UpstreamSynced;
+
+/// Add a listener; it first receives the current cache as `Initial` adds.
+pub struct Subscribe<K: Send + Sync + 'static> {
+    /// The subscription's id.
+    pub id: SubscriberId,
+    /// Its listener actor.
+    pub listener: Addr<Listener<K>>,
+}
+
+impl<K: Send + Sync + 'static> Message for Subscribe<K> {
+    type Result = ();
+}
+
+/// Remove a listener (idempotent, SI-12).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Unsubscribe(pub SubscriberId);
+
+/// These subscribers are due for a resync (SI-10); the others are not.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ResyncDue(pub Vec<SubscriberId>);
+
+/// Live counters of the Indexer.
+#[derive(Debug, Default)]
+pub struct IndexerStats {
+    /// Objects in the cache.
+    pub objects: AtomicUsize,
+    /// Adds applied.
+    pub added: AtomicU64,
+    /// Updates applied (resyncs excluded).
+    pub updated: AtomicU64,
+    /// Deletes applied.
+    pub deleted: AtomicU64,
+    /// Tombstone deletes (final state unknown).
+    pub tombstones: AtomicU64,
+    /// Index functions that failed.
+    pub index_errors: AtomicU64,
+    /// Live listeners.
+    pub listeners: AtomicUsize,
+    /// Listeners removed because their subscriber was gone.
+    pub listeners_lost: AtomicU64,
+}
+
+enum Work {
+    Replay { id: SubscriberId, keys: Vec<ObjectKey>, pos: usize },
+    Sweep { ids: Vec<SubscriberId>, keys: Vec<ObjectKey>, pos: usize },
+}
+
+/// The Indexer actor.
+pub struct Indexer<K: Resource + Send + Sync + 'static> {
+    cache: Cache<K>,
+    listeners: BTreeMap<SubscriberId, Addr<Listener<K>>>,
+    replaying: BTreeMap<SubscriberId, Addr<Listener<K>>>,
+    syncing: BTreeSet<SubscriberId>,
+    upstream_synced: bool,
+    busy: bool,
+    batches: VecDeque<(Vec<Popped<K>>, oneshot::Sender<()>)>,
+    work: VecDeque<Work>,
+    prefer_sweep: bool,
+    stats: Arc<IndexerStats>,
+}
+
+impl<K: Resource + Send + Sync + 'static> Indexer<K> {
+    /// An Indexer owning `cache` (indexes already added).
+    pub fn new(cache: Cache<K>, stats: Arc<IndexerStats>) -> Self {
+        Indexer {
+            cache,
+            listeners: BTreeMap::new(),
+            replaying: BTreeMap::new(),
+            syncing: BTreeSet::new(),
+            upstream_synced: false,
+            busy: false,
+            batches: VecDeque::new(),
+            work: VecDeque::new(),
+            prefer_sweep: false,
+            stats,
+        }
+    }
+
+    /// Applies one popped item's deltas, oldest first (C-4); returns the events
+    /// and, for each, whether it is a sync-only update (unchanged resourceVersion).
+    fn apply(&mut self, popped: Popped<K>, out: &mut Vec<(Event<K>, bool)>) {
+        let Popped { key, deltas, is_in_initial_list, .. } = popped;
+        for delta in deltas {
+            let (obj, watch_cause) = match delta {
+                Delta::Deleted(object) => {
+                    self.cache.remove(&key);
+                    let cause = if object.is_final_state_unknown() {
+                        self.stats.tombstones.fetch_add(1, Ordering::Relaxed);
+                        Cause::Relist
+                    } else {
+                        Cause::Watch
+                    };
+                    self.stats.deleted.fetch_add(1, Ordering::Relaxed);
+                    out.push((Event::Deleted { key: key.clone(), object, cause }, false));
+                    continue;
+                }
+                Delta::Added(o) | Delta::Updated(o) => (o, Cause::Watch),
+                Delta::Replaced(o) => (o, Cause::Relist),
+                Delta::Sync(o) => (o, Cause::Resync),
+            };
+            let upserted = self.cache.upsert(key.clone(), obj.clone());
+            if !upserted.index_errors.is_empty() {
+                self.stats.index_errors.fetch_add(upserted.index_errors.len() as u64, Ordering::Relaxed);
+                for e in &upserted.index_errors {
+                    tracing::warn!(%e, "index function failed; object cached without that index value");
+                }
+            }
+            match upserted.previous {
+                Some(old) => {
+                    let unchanged = same_version(old.as_ref(), obj.as_ref());
+                    let cause = if unchanged && watch_cause != Cause::Watch { Cause::Resync } else { watch_cause };
+                    if !unchanged {
+                        self.stats.updated.fetch_add(1, Ordering::Relaxed);
+                    }
+                    out.push((Event::Updated { key: key.clone(), old, new: obj, cause }, unchanged));
+                }
+                None => {
+                    let cause = if is_in_initial_list {
+                        Cause::Initial
+                    } else if watch_cause == Cause::Watch {
+                        Cause::Watch
+                    } else {
+                        Cause::Relist
+                    };
+                    self.stats.added.fetch_add(1, Ordering::Relaxed);
+                    out.push((Event::Added { key: key.clone(), object: obj, cause }, false));
+                }
+            }
+        }
+    }
+
+    /// Sends each listener its events and runs `then` once all answered.
+    fn distribute(
+        &mut self,
+        per_listener: Vec<(SubscriberId, Addr<Listener<K>>, Vec<Event<K>>)>,
+        ctx: &mut Context<Self>,
+        then: impl FnOnce(&mut Self, &mut Context<Self>) + 'static,
+    ) {
+        self.busy = true;
+        let sends = per_listener.into_iter().filter(|(_, _, evs)| !evs.is_empty()).map(|(id, addr, evs)| {
+            let fut = addr.send(Deliver(evs));
+            async move { (id, matches!(fut.await, Ok(Ok(())))) }
+        });
+        futures::future::join_all(sends)
+            .into_actor(self)
+            .map(move |results, act, ctx| {
+                for (id, ok) in results {
+                    if !ok {
+                        act.lose(id);
+                    }
+                }
+                act.busy = false;
+                then(act, ctx);
+                act.step(ctx);
+            })
+            .spawn(ctx);
+    }
+
+    fn lose(&mut self, id: SubscriberId) {
+        if self.listeners.remove(&id).is_some() || self.replaying.remove(&id).is_some() {
+            tracing::warn!(subscriber = %id, "listener is gone; removed");
+            self.stats.listeners_lost.fetch_add(1, Ordering::Relaxed);
+        }
+        self.syncing.remove(&id);
+        self.stats.listeners.store(self.listeners.len() + self.replaying.len(), Ordering::Relaxed);
+    }
+
+    /// Runs the next piece of work unless one is waiting for listeners.
+    /// Replays come first (deltas must wait for them, SI-5); batches and resync
+    /// sweep chunks alternate so a sweep never starves real events.
+    fn step(&mut self, ctx: &mut Context<Self>) {
+        if self.busy {
+            return;
+        }
+        let replay = self.work.iter().position(|w| matches!(w, Work::Replay { .. }));
+        let sweep = self.work.iter().position(|w| matches!(w, Work::Sweep { .. }));
+        let next = match (replay, sweep, !self.batches.is_empty()) {
+            (Some(i), _, _) => self.work.remove(i),
+            (None, Some(i), true) if self.prefer_sweep => self.work.remove(i),
+            (None, _, true) => {
+                if let Some((batch, reply)) = self.batches.pop_front() {
+                    self.prefer_sweep = true;
+                    self.run_batch(batch, reply, ctx);
+                }
+                return;
+            }
+            (None, Some(i), false) => self.work.remove(i),
+            (None, None, false) => None,
+        };
+        match next {
+            Some(Work::Replay { id, keys, pos }) => self.run_replay(id, keys, pos, ctx),
+            Some(Work::Sweep { ids, keys, pos }) => {
+                self.prefer_sweep = false;
+                self.run_sweep(ids, keys, pos, ctx)
+            }
+            None => {}
+        }
+    }
+
+    fn run_batch(&mut self, batch: Vec<Popped<K>>, reply: oneshot::Sender<()>, ctx: &mut Context<Self>) {
+        let mut events = Vec::with_capacity(batch.len());
+        for popped in batch {
+            self.apply(popped, &mut events);
+        }
+        self.cache.publish();
+        self.stats.objects.store(self.cache.len(), Ordering::Relaxed);
+        let per_listener = self
+            .listeners
+            .iter()
+            .map(|(id, addr)| {
+                let syncing = self.syncing.contains(id);
+                let evs = events.iter().filter(|(_, sync_only)| !sync_only || syncing).map(|(e, _)| e.clone()).collect();
+                (*id, addr.clone(), evs)
+            })
+            .collect();
+        self.distribute(per_listener, ctx, move |_, _| {
+            let _ = reply.send(());
+        });
+    }
+
+    fn run_replay(&mut self, id: SubscriberId, keys: Vec<ObjectKey>, pos: usize, ctx: &mut Context<Self>) {
+        let Some(addr) = self.replaying.get(&id).cloned() else { return self.step(ctx) };
+        // The cache as of the moment the replay starts; deltas wait until it ends.
+        let keys = if pos == 0 { self.cache.keys() } else { keys };
+        let end = (pos + SWEEP_CHUNK).min(keys.len());
+        let evs: Vec<Event<K>> = keys[pos..end]
+            .iter()
+            .filter_map(|k| self.cache.get(k).map(|o| Event::Added { key: k.clone(), object: o, cause: Cause::Initial }))
+            .collect();
+        let done = end >= keys.len();
+        self.distribute(vec![(id, addr, evs)], ctx, move |act, _| {
+            if !act.replaying.contains_key(&id) {
+                return;
+            }
+            if done {
+                if let Some(addr) = act.replaying.remove(&id) {
+                    if act.upstream_synced {
+                        addr.do_send(ListenerUpstreamSynced);
+                    }
+                    act.listeners.insert(id, addr);
+                }
+            } else {
+                act.work.push_front(Work::Replay { id, keys, pos: end });
+            }
+        });
+    }
+
+    fn run_sweep(&mut self, ids: Vec<SubscriberId>, keys: Vec<ObjectKey>, pos: usize, ctx: &mut Context<Self>) {
+        let targets: Vec<_> =
+            ids.iter().filter_map(|id| self.listeners.get(id).map(|a| (*id, a.clone()))).collect();
+        if targets.is_empty() {
+            return self.step(ctx);
+        }
+        let end = (pos + SWEEP_CHUNK).min(keys.len());
+        let evs: Vec<Event<K>> = keys[pos..end]
+            .iter()
+            .filter_map(|k| {
+                self.cache.get(k).map(|o| Event::Updated { key: k.clone(), old: o.clone(), new: o, cause: Cause::Resync })
+            })
+            .collect();
+        let per_listener = targets.into_iter().map(|(id, addr)| (id, addr, evs.clone())).collect();
+        let done = end >= keys.len();
+        self.distribute(per_listener, ctx, move |act, _| {
+            if !done {
+                act.work.push_back(Work::Sweep { ids, keys, pos: end });
+            }
+        });
+    }
+}
+
+fn same_version<K: Resource>(a: &K, b: &K) -> bool {
+    match (&a.meta().resource_version, &b.meta().resource_version) {
+        (Some(x), Some(y)) => !x.is_empty() && x == y,
+        _ => false,
+    }
+}
+
+impl<K: Resource + Send + Sync + 'static> Actor for Indexer<K> {
+    type Context = Context<Self>;
+}
+
+impl<K: Resource + Send + Sync + 'static> Handler<Process<K>> for Indexer<K> {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, Process(batch): Process<K>, ctx: &mut Context<Self>) -> Self::Result {
+        let (tx, rx) = oneshot::channel();
+        self.batches.push_back((batch, tx));
+        self.step(ctx);
+        Box::pin(async move {
+            let _ = rx.await;
+        })
+    }
+}
+
+impl<K: Resource + Send + Sync + 'static> Handler<UpstreamSynced> for Indexer<K> {
+    type Result = ();
+
+    fn handle(&mut self, _: UpstreamSynced, _: &mut Context<Self>) {
+        self.upstream_synced = true;
+        for addr in self.listeners.values() {
+            addr.do_send(ListenerUpstreamSynced);
+        }
+    }
+}
+
+impl<K: Resource + Send + Sync + 'static> Handler<Subscribe<K>> for Indexer<K> {
+    type Result = ();
+
+    fn handle(&mut self, msg: Subscribe<K>, ctx: &mut Context<Self>) {
+        self.replaying.insert(msg.id, msg.listener);
+        self.work.push_back(Work::Replay { id: msg.id, keys: Vec::new(), pos: 0 });
+        self.stats.listeners.store(self.listeners.len() + self.replaying.len(), Ordering::Relaxed);
+        self.step(ctx);
+    }
+}
+
+impl<K: Resource + Send + Sync + 'static> Handler<Unsubscribe> for Indexer<K> {
+    type Result = ();
+
+    fn handle(&mut self, Unsubscribe(id): Unsubscribe, _: &mut Context<Self>) {
+        self.listeners.remove(&id);
+        self.replaying.remove(&id);
+        self.syncing.remove(&id);
+        self.stats.listeners.store(self.listeners.len() + self.replaying.len(), Ordering::Relaxed);
+    }
+}
+
+impl<K: Resource + Send + Sync + 'static> Handler<ResyncDue> for Indexer<K> {
+    type Result = ();
+
+    fn handle(&mut self, ResyncDue(due): ResyncDue, ctx: &mut Context<Self>) {
+        self.syncing = due.iter().copied().collect();
+        let ids: Vec<_> = due.into_iter().filter(|id| self.listeners.contains_key(id)).collect();
+        if !ids.is_empty() {
+            self.work.push_back(Work::Sweep { ids, keys: self.cache.keys(), pos: 0 });
+        }
+        self.step(ctx);
+    }
+}

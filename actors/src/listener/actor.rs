@@ -1,0 +1,279 @@
+//! The listener actor: one per subscriber, owning its [`ListenerQueue`] and
+//! [`SyncTracker`], delivering to the subscriber's own actor.
+//!
+//! Flow control: the Indexer sends [`Deliver`] and waits for its answer. A
+//! `Coalesce` listener answers at once (its queue merges per key); a `Block`
+//! listener whose queue is full parks the rest and answers only when its
+//! subscriber has caught up — that is the back-pressure path. Delivery to the
+//! subscriber is one `send` at a time, spawned (never `ctx.wait`), so the
+//! listener's own mailbox keeps draining while the subscriber is busy.
+//! Handler calls run in the subscriber's actor, never in the engine's.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+use actix::prelude::*;
+use futures::channel::oneshot;
+use tokio::sync::watch;
+
+use super::{ListenerQueue, OverflowPolicy, SyncTracker};
+use crate::event::Event;
+
+/// Identifies one subscription of one informer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SubscriberId(pub u64);
+
+impl std::fmt::Display for SubscriberId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "subscriber-{}", self.0)
+    }
+}
+
+/// The listener is gone (its subscriber stopped, or it was unsubscribed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("listener is gone")]
+pub struct ListenerGone;
+
+/// Live counters of one listener, readable from any thread (metrics, status).
+#[derive(Debug, Default)]
+pub struct ListenerStats {
+    /// Notifications waiting in the queue.
+    pub pending: AtomicUsize,
+    /// Notifications handled by the subscriber.
+    pub delivered: AtomicU64,
+    /// Resync notifications handled by the subscriber.
+    pub resyncs: AtomicU64,
+    /// Notifications merged away (Coalesce).
+    pub coalesced: AtomicU64,
+    /// The subscriber's actor stopped; the listener removed itself.
+    pub gone: AtomicBool,
+}
+
+/// Notifications for the subscriber, in order. Answered once all are queued.
+pub struct Deliver<K>(pub Vec<Event<K>>);
+
+impl<K: 'static> Message for Deliver<K> {
+    type Result = Result<(), ListenerGone>;
+}
+
+/// The informer has synced: the listener syncs once its initial Adds are handled.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct UpstreamSynced;
+
+/// Stop after the handler call in progress (SI-12, SI-13); pending
+/// notifications are dropped. Answered when the subscriber is idle.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StopListener;
+
+/// Options of one subscription that the listener enforces.
+#[derive(Debug, Clone, Copy)]
+pub struct ListenerOptions {
+    /// Block (bounded, back-pressure) or Coalesce (merge per key).
+    pub policy: OverflowPolicy,
+    /// Bound of a Block queue; allocation hint for Coalesce.
+    pub capacity: usize,
+}
+
+/// The listener actor of one subscriber.
+pub struct Listener<K: Send + Sync + 'static> {
+    id: SubscriberId,
+    queue: ListenerQueue<K>,
+    sync: SyncTracker,
+    recipient: Recipient<Event<K>>,
+    delivering: bool,
+    parked: VecDeque<Event<K>>,
+    parked_reply: Option<oneshot::Sender<Result<(), ListenerGone>>>,
+    idle_waiters: Vec<oneshot::Sender<()>>,
+    stopping: bool,
+    synced: watch::Sender<bool>,
+    stats: Arc<ListenerStats>,
+}
+
+impl<K: Send + Sync + 'static> Listener<K> {
+    /// A listener delivering to `recipient`; `synced` reports its HS-2 state.
+    pub fn new(
+        id: SubscriberId,
+        recipient: Recipient<Event<K>>,
+        options: ListenerOptions,
+        synced: watch::Sender<bool>,
+        stats: Arc<ListenerStats>,
+    ) -> Self {
+        Listener {
+            id,
+            queue: ListenerQueue::new(options.policy, options.capacity),
+            sync: SyncTracker::new(),
+            recipient,
+            delivering: false,
+            parked: VecDeque::new(),
+            parked_reply: None,
+            idle_waiters: Vec::new(),
+            stopping: false,
+            synced,
+            stats,
+        }
+    }
+
+    /// Pushes what fits; returns false when events remain parked (queue full).
+    fn accept(&mut self, events: impl IntoIterator<Item = Event<K>>) -> bool {
+        let mut events = events.into_iter();
+        while let Some(event) = self.parked.pop_front().or_else(|| events.next()) {
+            let initial = event.is_initial();
+            match self.queue.push(event) {
+                Ok(pushed) => {
+                    if initial {
+                        self.sync.start();
+                    }
+                    if pushed.dropped_initial > 0 {
+                        let _ = self.sync.finish_many(pushed.dropped_initial);
+                    }
+                }
+                Err(full) => {
+                    self.parked.push_back(full.into_event());
+                    self.parked.extend(events);
+                    self.refresh_stats();
+                    return false;
+                }
+            }
+        }
+        self.refresh_stats();
+        true
+    }
+
+    fn refresh_stats(&self) {
+        self.stats.pending.store(self.queue.len() + self.parked.len(), Ordering::Relaxed);
+        self.stats.coalesced.store(self.queue.coalesced(), Ordering::Relaxed);
+        self.synced.send_if_modified(|s| {
+            let now = self.sync.has_synced();
+            let changed = *s != now;
+            *s = now;
+            changed
+        });
+    }
+
+    /// Delivers the next notification if none is in flight.
+    fn pump(&mut self, ctx: &mut Context<Self>) {
+        if self.delivering || self.stopping {
+            return;
+        }
+        let Some(event) = self.queue.pop() else {
+            for w in self.idle_waiters.drain(..) {
+                let _ = w.send(());
+            }
+            return;
+        };
+        // Room freed: take parked notifications and release the producer.
+        if !self.parked.is_empty() && self.accept(std::iter::empty()) {
+            if let Some(reply) = self.parked_reply.take() {
+                let _ = reply.send(Ok(()));
+            }
+        }
+        let initial = event.is_initial();
+        let resync = event.is_resync();
+        self.delivering = true;
+        self.refresh_stats();
+        self.recipient
+            .send(event)
+            .into_actor(self)
+            .map(move |result, act, ctx| {
+                act.delivering = false;
+                if initial {
+                    let _ = act.sync.finish();
+                }
+                if act.stopping {
+                    ctx.stop();
+                    return;
+                }
+                match result {
+                    Ok(()) => {
+                        act.stats.delivered.fetch_add(1, Ordering::Relaxed);
+                        if resync {
+                            act.stats.resyncs.fetch_add(1, Ordering::Relaxed);
+                        }
+                        act.refresh_stats();
+                        act.pump(ctx);
+                    }
+                    Err(err) => {
+                        tracing::warn!(subscriber = %act.id, %err, "subscriber is gone; removing its listener");
+                        act.stats.gone.store(true, Ordering::Relaxed);
+                        ctx.stop();
+                    }
+                }
+            })
+            .spawn(ctx);
+    }
+}
+
+impl<K: Send + Sync + 'static> Actor for Listener<K> {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        // Deliveries are answered only when accepted: the mailbox itself never grows past
+        // what the Indexer has in flight, but give it room for control messages too.
+        ctx.set_mailbox_capacity(64);
+    }
+
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        if let Some(reply) = self.parked_reply.take() {
+            let _ = reply.send(Err(ListenerGone));
+        }
+        for w in self.idle_waiters.drain(..) {
+            let _ = w.send(());
+        }
+        self.queue.clear();
+        self.parked.clear();
+        self.refresh_stats();
+    }
+}
+
+impl<K: Send + Sync + 'static> Handler<Deliver<K>> for Listener<K> {
+    type Result = ResponseFuture<Result<(), ListenerGone>>;
+
+    fn handle(&mut self, Deliver(events): Deliver<K>, ctx: &mut Context<Self>) -> Self::Result {
+        if self.stopping {
+            return Box::pin(async { Err(ListenerGone) });
+        }
+        let all_queued = self.accept(events);
+        self.pump(ctx);
+        if all_queued {
+            return Box::pin(async { Ok(()) });
+        }
+        let (tx, rx) = oneshot::channel();
+        self.parked_reply = Some(tx);
+        Box::pin(async move { rx.await.unwrap_or(Err(ListenerGone)) })
+    }
+}
+
+impl<K: Send + Sync + 'static> Handler<UpstreamSynced> for Listener<K> {
+    type Result = ();
+
+    fn handle(&mut self, _: UpstreamSynced, _: &mut Context<Self>) {
+        self.sync.upstream_synced();
+        self.refresh_stats();
+    }
+}
+
+impl<K: Send + Sync + 'static> Handler<StopListener> for Listener<K> {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, _: StopListener, ctx: &mut Context<Self>) -> Self::Result {
+        self.stopping = true;
+        self.queue.clear();
+        self.parked.clear();
+        if let Some(reply) = self.parked_reply.take() {
+            let _ = reply.send(Err(ListenerGone));
+        }
+        if !self.delivering {
+            ctx.stop();
+            return Box::pin(async {});
+        }
+        // The handler call in progress ends the listener when it returns.
+        let (tx, rx) = oneshot::channel();
+        self.idle_waiters.push(tx);
+        Box::pin(async move {
+            let _ = rx.await;
+        })
+    }
+}

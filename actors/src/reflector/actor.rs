@@ -1,0 +1,416 @@
+//! The Reflector actor: a supervised shell that drives [`ReflectorState`]
+//! with real requests and feeds the DeltaFIFO.
+//!
+//! The list-then-watch loop runs as one future spawned in the actor. It asks
+//! the state machine what to do after every outcome. When a relist is needed
+//! the loop ends and the actor stops itself; its `Supervisor` restarts it, and
+//! `started` relists after the backoff delay. The state (last RV, backoff)
+//! lives in the actor struct, which the supervisor keeps across restarts. A
+//! panic in the loop is caught and turned into such a restart.
+//!
+//! Back-pressure: every batch of watch events is sent with `send(..).await`;
+//! the DeltaFIFO answers only when it has room, and while the loop waits it
+//! does not poll the watch stream, so TCP pushes back on the server.
+
+use std::cell::RefCell;
+use std::fmt::Debug;
+use std::panic::AssertUnwindSafe;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use actix::prelude::*;
+use futures::{FutureExt, Stream, StreamExt};
+use kube::Resource;
+use serde::de::DeserializeOwned;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::source::{ListWatch, SourceEvent};
+use super::state::{Failure, Next, ReflectorOptions, ReflectorState, WatchEnd};
+use crate::delta_fifo::{DeltaFifo, Enqueue, FifoClosed, Replace, WatchDelta};
+
+/// Most watch events sent to the DeltaFIFO in one message.
+const WATCH_BATCH: usize = 256;
+
+/// A function applied to every object once, at decode time, before it is shared.
+pub type Transform<K> = Arc<dyn Fn(K) -> K + Send + Sync>;
+
+/// Live counters of the Reflector, readable from any thread.
+#[derive(Debug, Default)]
+pub struct ReflectorStats {
+    /// Lists made (the first one included).
+    pub lists: AtomicU64,
+    /// Lists made after the first one.
+    pub relists: AtomicU64,
+    /// Watches opened after the first one.
+    pub watch_restarts: AtomicU64,
+    /// Watch events received (bookmarks included).
+    pub events: AtomicU64,
+    /// Failures, any kind.
+    pub failures: AtomicU64,
+    /// Panics caught in the list-watch loop.
+    pub panics: AtomicU64,
+    /// Objects received by the list in progress, and the total the server announced.
+    pub list_progress: AtomicU64,
+    /// The total the server announced for the list in progress (0 when unknown).
+    pub list_total: AtomicU64,
+    /// Total milliseconds spent in backoff waits.
+    pub backoff_ms: AtomicU64,
+}
+
+/// The Reflector's last synced resourceVersion, published for the informer handle.
+pub type ResourceVersionWatch = watch::Receiver<String>;
+
+/// The Reflector actor for objects of type `K`.
+pub struct Reflector<K: Resource + Send + Sync + 'static> {
+    source: ListWatch<K>,
+    fifo: Addr<DeltaFifo<K>>,
+    transform: Option<Transform<K>>,
+    state: Rc<RefCell<ReflectorState>>,
+    pending_delay: Option<Duration>,
+    shutting_down: bool,
+    rv: watch::Sender<String>,
+    stats: Arc<ReflectorStats>,
+}
+
+/// Stop listing and watching for good (the informer is shutting down).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StopReflector;
+
+enum Exit {
+    Relist(Duration),
+    FifoClosed,
+}
+
+impl<K> Reflector<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    /// A Reflector listing and watching `source` into `fifo`.
+    pub fn new(
+        source: ListWatch<K>,
+        fifo: Addr<DeltaFifo<K>>,
+        options: ReflectorOptions,
+        transform: Option<Transform<K>>,
+        rv: watch::Sender<String>,
+        stats: Arc<ReflectorStats>,
+    ) -> Self {
+        Reflector {
+            source,
+            fifo,
+            transform,
+            state: Rc::new(RefCell::new(ReflectorState::new(options))),
+            pending_delay: None,
+            shutting_down: false,
+            rv,
+            stats,
+        }
+    }
+}
+
+fn jitter() -> f64 {
+    rand::random::<f64>()
+}
+
+struct Loop<K: Resource + Send + Sync + 'static> {
+    source: ListWatch<K>,
+    fifo: Addr<DeltaFifo<K>>,
+    transform: Option<Transform<K>>,
+    state: Rc<RefCell<ReflectorState>>,
+    rv: watch::Sender<String>,
+    stats: Arc<ReflectorStats>,
+}
+
+impl<K> Loop<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    fn share(&self, obj: K) -> Arc<K> {
+        Arc::new(match &self.transform {
+            Some(t) => t(obj),
+            None => obj,
+        })
+    }
+
+    fn publish_rv(&self) {
+        let rv = self.state.borrow().last_sync_resource_version().to_owned();
+        self.rv.send_if_modified(|cur| {
+            let changed = *cur != rv;
+            *cur = rv;
+            changed
+        });
+    }
+
+    async fn backoff(&self, d: Duration) {
+        self.stats.backoff_ms.fetch_add(d.as_millis() as u64, Ordering::Relaxed);
+        tokio::time::sleep(d).await;
+    }
+
+    async fn run(self) -> Exit {
+        // List phase (R-8 .. R-13), or a streaming list (R-24 .. R-27).
+        let mut handed_over = None;
+        loop {
+            let req = self.state.borrow().list_request();
+            self.stats.lists.fetch_add(1, Ordering::Relaxed);
+            let outcome = if req.streaming {
+                self.streaming_list().await.map(|(items, rv, stream)| {
+                    handed_over = Some(stream);
+                    (items, rv, false)
+                })
+            } else {
+                let stats = self.stats.clone();
+                self.source
+                    .list(&req, move |n, total| {
+                        stats.list_progress.store(n, Ordering::Relaxed);
+                        stats.list_total.store(total.unwrap_or(0), Ordering::Relaxed);
+                    })
+                    .await
+                    .map(|l| (l.items.into_iter().map(|o| self.share(o)).collect(), l.resource_version, l.paginated))
+            };
+            match outcome {
+                Ok((objects, rv, paginated)) => {
+                    if self.fifo.send(Replace { objects, resource_version: rv.clone() }).await.is_err() {
+                        return Exit::FifoClosed;
+                    }
+                    let mut st = self.state.borrow_mut();
+                    st.list_succeeded(&rv, paginated);
+                    self.stats.relists.store(st.relists(), Ordering::Relaxed);
+                    drop(st);
+                    self.publish_rv();
+                    break;
+                }
+                Err(failure) => {
+                    self.stats.failures.fetch_add(1, Ordering::Relaxed);
+                    let next = self.state.borrow_mut().list_failed(&failure, req.streaming, Instant::now().into_std(), jitter());
+                    match next {
+                        Next::List => continue,
+                        Next::ListAfter(d) | Next::WatchAfter(d) => return Exit::Relist(d),
+                        Next::Watch => return Exit::Relist(Duration::ZERO),
+                    }
+                }
+            }
+        }
+        // Watch phase (R-15 .. R-19).
+        loop {
+            let now = Instant::now().into_std();
+            let end = match handed_over.take() {
+                Some(stream) => self.consume(stream).await,
+                None => {
+                    let req = self.state.borrow_mut().watch_request(now, jitter());
+                    self.stats.watch_restarts.store(self.state.borrow().watch_restarts(), Ordering::Relaxed);
+                    match self.source.watch(&req, false).await {
+                        Ok(stream) => self.consume(stream).await,
+                        Err(failure) => {
+                            self.stats.failures.fetch_add(1, Ordering::Relaxed);
+                            let next = self.state.borrow_mut().watch_open_failed(&failure, Instant::now().into_std(), jitter());
+                            match next {
+                                Next::WatchAfter(d) => {
+                                    self.backoff(d).await;
+                                    continue;
+                                }
+                                Next::ListAfter(d) => return Exit::Relist(d),
+                                Next::List | Next::Watch => return Exit::Relist(Duration::ZERO),
+                            }
+                        }
+                    }
+                }
+            };
+            let end = match end {
+                Ok(end) => end,
+                Err(closed) => return closed,
+            };
+            if let WatchEnd::Failed(_) = end {
+                self.stats.failures.fetch_add(1, Ordering::Relaxed);
+            }
+            let next = self.state.borrow_mut().watch_ended(&end, Instant::now().into_std(), jitter());
+            match next {
+                Next::Watch => {}
+                Next::WatchAfter(d) => self.backoff(d).await,
+                Next::ListAfter(d) => return Exit::Relist(d),
+                Next::List => return Exit::Relist(Duration::ZERO),
+            }
+        }
+    }
+
+    /// Streams initial events into a temporary list until the end bookmark.
+    #[allow(clippy::type_complexity)]
+    async fn streaming_list(
+        &self,
+    ) -> Result<
+        (Vec<Arc<K>>, String, std::pin::Pin<Box<dyn Stream<Item = Result<SourceEvent<K>, Failure>> + Send>>),
+        Failure,
+    > {
+        let now = Instant::now().into_std();
+        let req = self.state.borrow_mut().watch_request(now, jitter());
+        let mut stream = self.source.watch(&req, true).await?;
+        let mut items: std::collections::HashMap<String, Arc<K>> = std::collections::HashMap::new();
+        let key = |o: &K| crate::key::ObjectKey::of(o).map(|k| k.to_string());
+        while let Some(event) = stream.next().await {
+            match event? {
+                SourceEvent::Added(o) | SourceEvent::Modified(o) => {
+                    if let Ok(k) = key(&o) {
+                        items.insert(k, self.share(o));
+                        self.stats.list_progress.store(items.len() as u64, Ordering::Relaxed);
+                    }
+                }
+                SourceEvent::Deleted(o) => {
+                    if let Ok(k) = key(&o) {
+                        items.remove(&k);
+                    }
+                }
+                SourceEvent::Bookmark { resource_version, initial_events_end: true } => {
+                    return Ok((items.into_values().collect(), resource_version, Box::pin(stream)));
+                }
+                SourceEvent::Bookmark { .. } => {}
+            }
+        }
+        // Closed before the end bookmark: a server without streaming lists closes at once.
+        Err(Failure::Unsupported)
+    }
+
+    /// Adds one stream item to the batch; returns how the watch ended, if it did.
+    fn absorb(
+        &self,
+        item: Option<Result<SourceEvent<K>, Failure>>,
+        batch: &mut Vec<WatchDelta<K>>,
+        rvs: &mut Vec<String>,
+    ) -> Option<WatchEnd> {
+        let event = match item {
+            None => return Some(WatchEnd::Closed),
+            Some(Err(f)) => return Some(WatchEnd::Failed(f)),
+            Some(Ok(event)) => event,
+        };
+        self.stats.events.fetch_add(1, Ordering::Relaxed);
+        let rv_of = |o: &K| o.meta().resource_version.clone().unwrap_or_default();
+        match event {
+            SourceEvent::Added(o) => {
+                rvs.push(rv_of(&o));
+                batch.push(WatchDelta::Added(self.share(o)));
+            }
+            SourceEvent::Modified(o) => {
+                rvs.push(rv_of(&o));
+                batch.push(WatchDelta::Modified(self.share(o)));
+            }
+            SourceEvent::Deleted(o) => {
+                rvs.push(rv_of(&o));
+                batch.push(WatchDelta::Deleted(self.share(o)));
+            }
+            SourceEvent::Bookmark { resource_version, .. } => rvs.push(resource_version),
+        }
+        None
+    }
+
+    /// Reads a watch stream in batches until it ends; `Err` when the DeltaFIFO is gone.
+    async fn consume(
+        &self,
+        mut stream: impl Stream<Item = Result<SourceEvent<K>, Failure>> + Unpin,
+    ) -> Result<WatchEnd, Exit> {
+        let mut batch = Vec::with_capacity(WATCH_BATCH);
+        let mut rvs: Vec<String> = Vec::with_capacity(WATCH_BATCH);
+        loop {
+            let first = stream.next().await;
+            let mut end = self.absorb(first, &mut batch, &mut rvs);
+            while end.is_none() && batch.len() < WATCH_BATCH {
+                match stream.next().now_or_never() {
+                    Some(item) => end = self.absorb(item, &mut batch, &mut rvs),
+                    None => break,
+                }
+            }
+            if !batch.is_empty() {
+                let events = std::mem::replace(&mut batch, Vec::with_capacity(WATCH_BATCH));
+                match self.fifo.send(Enqueue(events)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(FifoClosed)) | Err(_) => return Err(Exit::FifoClosed),
+                }
+            }
+            if !rvs.is_empty() {
+                let mut st = self.state.borrow_mut();
+                for rv in rvs.drain(..) {
+                    st.event_processed(&rv);
+                }
+                drop(st);
+                self.publish_rv();
+            }
+            if let Some(end) = end {
+                return Ok(end);
+            }
+        }
+    }
+}
+
+impl<K> Actor for Reflector<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        if self.shutting_down {
+            return;
+        }
+        let delay = self.pending_delay.take().unwrap_or_default();
+        let lp = Loop {
+            source: self.source.clone(),
+            fifo: self.fifo.clone(),
+            transform: self.transform.clone(),
+            state: self.state.clone(),
+            rv: self.rv.clone(),
+            stats: self.stats.clone(),
+        };
+        let stats = self.stats.clone();
+        let fut = async move {
+            if !delay.is_zero() {
+                tracing::info!(?delay, "relisting after backoff");
+                stats.backoff_ms.fetch_add(delay.as_millis() as u64, Ordering::Relaxed);
+                tokio::time::sleep(delay).await;
+            }
+            match AssertUnwindSafe(lp.run()).catch_unwind().await {
+                Ok(exit) => exit,
+                Err(_) => {
+                    stats.panics.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!("panic in the reflector's list-watch loop; restarting it");
+                    Exit::Relist(Duration::from_secs(1))
+                }
+            }
+        };
+        fut.into_actor(self)
+            .map(|exit, act, ctx| match exit {
+                Exit::Relist(delay) => {
+                    act.pending_delay = Some(delay);
+                    ctx.stop();
+                }
+                Exit::FifoClosed => {
+                    tracing::info!("delta fifo is gone; reflector stops");
+                    act.shutting_down = true;
+                    ctx.stop();
+                }
+            })
+            .spawn(ctx);
+    }
+}
+
+impl<K> Supervised for Reflector<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    fn restarting(&mut self, _: &mut Context<Self>) {
+        if !self.shutting_down {
+            tracing::debug!("supervisor restarts the reflector");
+        }
+    }
+}
+
+impl<K> Handler<StopReflector> for Reflector<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    type Result = ();
+
+    fn handle(&mut self, _: StopReflector, ctx: &mut Context<Self>) {
+        self.shutting_down = true;
+        ctx.stop();
+    }
+}

@@ -1,0 +1,475 @@
+//! The Reflector's decisions as a pure state machine (spec 1.6).
+//!
+//! The actor shell performs the requests; this struct says which request to
+//! make next and with which resourceVersion, and how to react to each outcome.
+//! Time and randomness are inputs.
+//!
+//! Rules implemented:
+//! - R-9 relist resourceVersion: `""` after an expired/too-large list, `"0"`
+//!   before the first sync, otherwise the last synced RV ("not older than").
+//! - page size: configured size for `""`/`"0"`; unpaginated for a
+//!   specific RV unless an earlier list at `"0"` came back paginated.
+//! - R-12 a list failing with 410 or "too large resource version" retries at
+//!   once with `""`; other list errors back off and relist.
+//! - R-13 a successful list records its RV and clears the unavailable flag.
+//! - R-15 watch from the last RV, bookmarks on, timeout uniform in [5, 10) min.
+//! - on opening or during a watch: 429 and connection refused back
+//!   off and re-watch without a relist; a clean close re-watches at once; 410
+//!   and other errors back off and relist at the last RV (not `""`).
+//! - R-17 a watch shorter than 1 s with no event is an error (relist).
+//! - R-18 the RV recorded is the last processed event's, bookmarks included.
+//! - R-24..R-28 streaming lists (`sendInitialEvents`), falling back to a
+//!   plain list when the server refuses them.
+//!
+//! Deliberate differences from client-go and kube-runtime:
+//! - The backoff is not reset when a relist starts (kube-runtime's defect) nor
+//!   merely when it succeeds: it resets once a relist has succeeded *and* the
+//!   watch after it proved healthy (an event, or a clean close after ≥ 1 s),
+//!   so a server whose list works but whose watch fails is not hammered.
+//! - A 410 when opening a watch relists (kube-runtime retries the stale RV forever).
+//! - After a server refuses a streaming list (400/422/404/405/501 or a very
+//!   short watch), we stop asking it for streaming lists.
+
+use std::time::{Duration, Instant};
+
+use super::backoff::Backoff;
+
+/// A watch shorter than this with no event is an error.
+pub const VERY_SHORT_WATCH: Duration = Duration::from_secs(1);
+/// Minimum server-side watch timeout.
+pub const MIN_WATCH_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// How a request failed, as far as the Reflector's rules care.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// 410 Gone / reason Expired: the resourceVersion is no longer available.
+    Expired,
+    /// The server's "Too large resource version" answer.
+    TooLargeResourceVersion,
+    /// 429 Too Many Requests, with the server's Retry-After if any.
+    TooManyRequests {
+        /// The server's Retry-After, if any.
+        retry_after: Option<Duration>,
+    },
+    /// The connection was refused (server down or restarting).
+    ConnectionRefused,
+    /// The server does not support the request (e.g. streaming lists): 400, 404, 405, 422, 501.
+    Unsupported,
+    /// A line of the watch stream could not be decoded: the event is lost, so relist.
+    Malformed,
+    /// Anything else (500s, network errors, timeouts).
+    Other,
+}
+
+/// What the shell should do next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Next {
+    /// List now with [`ReflectorState::list_request`].
+    List,
+    /// Wait, then list (a relist after an error).
+    ListAfter(Duration),
+    /// Open a watch now with [`ReflectorState::watch_request`].
+    Watch,
+    /// Wait, then open a watch (no relist).
+    WatchAfter(Duration),
+}
+
+/// The resourceVersion semantics of a list request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListVersion {
+    /// `resourceVersion=""`: a consistent, most recent read.
+    MostRecent,
+    /// `resourceVersion="0"`: any version (served from the watch cache).
+    Any,
+    /// `resourceVersion=N`, `resourceVersionMatch=NotOlderThan`.
+    NotOlderThan(String),
+}
+
+/// One list request to make.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListRequest {
+    /// Which resourceVersion to ask for.
+    pub version: ListVersion,
+    /// `limit` for pagination; `None` for an unpaginated list.
+    pub page_size: Option<u32>,
+    /// Ask for a streaming list (`sendInitialEvents=true` watch) instead of a LIST.
+    pub streaming: bool,
+}
+
+/// One watch request to make.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchRequest {
+    /// Start after this resourceVersion.
+    pub resource_version: String,
+    /// Server-side timeout, uniform in `[5, 10)` minutes.
+    pub timeout_secs: u32,
+}
+
+/// How a watch stream ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WatchEnd {
+    /// The server closed the stream cleanly (timeout, or a watch closed on purpose).
+    Closed,
+    /// An `ERROR` event, a decode failure or a transport error.
+    Failed(Failure),
+}
+
+/// Configuration of the rules that users may tune.
+#[derive(Debug, Clone)]
+pub struct ReflectorOptions {
+    /// Page size of a paginated list; 0 disables pagination.
+    pub page_size: u32,
+    /// Try streaming lists before plain lists.
+    pub streaming_lists: bool,
+    /// The backoff used between failed attempts.
+    pub backoff: Backoff,
+}
+
+impl Default for ReflectorOptions {
+    fn default() -> Self {
+        ReflectorOptions { page_size: 500, streaming_lists: false, backoff: Backoff::default() }
+    }
+}
+
+/// The Reflector's memory across lists, watches and actor restarts.
+#[derive(Debug, Clone)]
+pub struct ReflectorState {
+    page_size: u32,
+    streaming_lists: bool,
+    backoff: Backoff,
+    last_sync_rv: String,
+    rv_unavailable: bool,
+    paginated_result: bool,
+    awaiting_healthy_watch: bool,
+    watch_started: Option<Instant>,
+    watch_events: u64,
+    listed_once: bool,
+    relists: u64,
+    watch_restarts: u64,
+}
+
+impl ReflectorState {
+    /// A fresh Reflector that has never listed.
+    pub fn new(options: ReflectorOptions) -> Self {
+        ReflectorState {
+            page_size: options.page_size,
+            streaming_lists: options.streaming_lists,
+            backoff: options.backoff,
+            last_sync_rv: String::new(),
+            rv_unavailable: false,
+            paginated_result: false,
+            awaiting_healthy_watch: false,
+            watch_started: None,
+            watch_events: 0,
+            listed_once: false,
+            relists: 0,
+            watch_restarts: 0,
+        }
+    }
+
+    /// The resourceVersion of the last list or processed watch event.
+    pub fn last_sync_resource_version(&self) -> &str {
+        &self.last_sync_rv
+    }
+
+    /// How many lists were made after the first one.
+    pub fn relists(&self) -> u64 {
+        self.relists
+    }
+
+    /// How many watches were opened again after the first one.
+    pub fn watch_restarts(&self) -> u64 {
+        self.watch_restarts
+    }
+
+    /// The backoff state (for metrics).
+    pub fn backoff(&self) -> &Backoff {
+        &self.backoff
+    }
+
+    /// The next list to make.
+    pub fn list_request(&self) -> ListRequest {
+        let version = if self.rv_unavailable {
+            ListVersion::MostRecent
+        } else if self.last_sync_rv.is_empty() {
+            ListVersion::Any
+        } else {
+            ListVersion::NotOlderThan(self.last_sync_rv.clone())
+        };
+        let page_size = match version {
+            _ if self.page_size == 0 => None,
+            // A specific RV is served from the watch cache only unpaginated (k8s#86430).
+            ListVersion::NotOlderThan(_) if !self.paginated_result => None,
+            _ => Some(self.page_size),
+        };
+        // A streaming list starts at "" or at the last RV; it needs no pages.
+        let streaming = self.streaming_lists;
+        ListRequest { version, page_size: if streaming { None } else { page_size }, streaming }
+    }
+
+    /// A list (or streaming list) succeeded with this resourceVersion.
+    pub fn list_succeeded(&mut self, resource_version: &str, paginated: bool) {
+        if paginated && self.list_request().version == ListVersion::Any {
+            self.paginated_result = true;
+        }
+        if self.listed_once {
+            self.relists += 1;
+        }
+        self.listed_once = true;
+        self.rv_unavailable = false;
+        self.last_sync_rv = resource_version.to_owned();
+        self.awaiting_healthy_watch = true;
+    }
+
+    /// A list failed. `jitter` is uniform in `[0, 1)`.
+    pub fn list_failed(&mut self, failure: &Failure, streaming: bool, now: Instant, jitter: f64) -> Next {
+        match failure {
+            Failure::Expired | Failure::TooLargeResourceVersion => {
+                self.rv_unavailable = true;
+                Next::List
+            }
+            Failure::Unsupported if streaming => {
+                tracing::info!("server refused a streaming list; falling back to paginated lists");
+                self.streaming_lists = false;
+                Next::List
+            }
+            _ => Next::ListAfter(self.delay(failure, now, jitter)),
+        }
+    }
+
+    /// The next watch to open. `jitter` is uniform in `[0, 1)`.
+    pub fn watch_request(&mut self, now: Instant, jitter: f64) -> WatchRequest {
+        if self.watch_started.is_some() {
+            self.watch_restarts += 1;
+        }
+        self.watch_started = Some(now);
+        self.watch_events = 0;
+        let secs = MIN_WATCH_TIMEOUT.as_secs_f64() * (1.0 + jitter.clamp(0.0, 0.999_999));
+        WatchRequest { resource_version: self.last_sync_rv.clone(), timeout_secs: secs as u32 }
+    }
+
+    /// Opening a watch failed.
+    pub fn watch_open_failed(&mut self, failure: &Failure, now: Instant, jitter: f64) -> Next {
+        match failure {
+            Failure::TooManyRequests { .. } | Failure::ConnectionRefused => {
+                Next::WatchAfter(self.delay(failure, now, jitter))
+            }
+            _ => Next::ListAfter(self.delay(failure, now, jitter)),
+        }
+    }
+
+    /// A watch event with this resourceVersion was processed. Bookmarks count.
+    pub fn event_processed(&mut self, resource_version: &str) {
+        self.watch_events += 1;
+        if !resource_version.is_empty() {
+            self.last_sync_rv.clear();
+            self.last_sync_rv.push_str(resource_version);
+        }
+        if self.awaiting_healthy_watch {
+            self.awaiting_healthy_watch = false;
+            self.backoff.reset();
+        }
+    }
+
+    /// The watch ended.
+    pub fn watch_ended(&mut self, end: &WatchEnd, now: Instant, jitter: f64) -> Next {
+        let lasted = self.watch_started.map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
+        match end {
+            WatchEnd::Closed if lasted < VERY_SHORT_WATCH && self.watch_events == 0 => {
+                tracing::warn!(?lasted, "very short watch: closed in under a second with no event");
+                Next::ListAfter(self.delay(&Failure::Other, now, jitter))
+            }
+            WatchEnd::Closed => {
+                if self.awaiting_healthy_watch {
+                    self.awaiting_healthy_watch = false;
+                    self.backoff.reset();
+                }
+                Next::Watch
+            }
+            WatchEnd::Failed(failure @ (Failure::TooManyRequests { .. } | Failure::ConnectionRefused)) => {
+                Next::WatchAfter(self.delay(failure, now, jitter))
+            }
+            WatchEnd::Failed(failure) => Next::ListAfter(self.delay(failure, now, jitter)),
+        }
+    }
+
+    fn delay(&mut self, failure: &Failure, now: Instant, jitter: f64) -> Duration {
+        let d = self.backoff.next_delay(now, jitter);
+        match failure {
+            Failure::TooManyRequests { retry_after: Some(r) } => d.max(*r),
+            _ => d,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state() -> ReflectorState {
+        ReflectorState::new(ReflectorOptions::default())
+    }
+
+    #[test]
+    fn r_9_r_10_first_list_is_any_paginated() {
+        let s = state();
+        assert_eq!(
+            s.list_request(),
+            ListRequest { version: ListVersion::Any, page_size: Some(500), streaming: false }
+        );
+    }
+
+    #[test]
+    fn r_10_relist_at_specific_rv_is_unpaginated_unless_rv0_was_paginated() {
+        let mut s = state();
+        s.list_succeeded("10", false);
+        assert_eq!(
+            s.list_request(),
+            ListRequest { version: ListVersion::NotOlderThan("10".into()), page_size: None, streaming: false }
+        );
+        let mut s = state();
+        s.list_succeeded("10", true);
+        assert_eq!(s.list_request().page_size, Some(500));
+    }
+
+    #[test]
+    fn r_12_expired_or_too_large_list_retries_at_once_with_most_recent() {
+        let t = Instant::now();
+        for f in [Failure::Expired, Failure::TooLargeResourceVersion] {
+            let mut s = state();
+            s.list_succeeded("10", false);
+            assert_eq!(s.list_failed(&f, false, t, 0.0), Next::List);
+            assert_eq!(s.list_request().version, ListVersion::MostRecent);
+            assert_eq!(s.list_request().page_size, Some(500));
+            s.list_succeeded("20", false);
+            assert_eq!(s.list_request().version, ListVersion::NotOlderThan("20".into()));
+        }
+    }
+
+    #[test]
+    fn r_23_other_list_errors_back_off_and_keep_the_rv() {
+        let t = Instant::now();
+        let mut s = state();
+        s.list_succeeded("10", false);
+        assert_eq!(s.list_failed(&Failure::ConnectionRefused, false, t, 0.0), Next::ListAfter(Duration::from_millis(800)));
+        assert_eq!(s.list_failed(&Failure::Other, false, t, 0.0), Next::ListAfter(Duration::from_millis(1600)));
+        assert_eq!(s.list_request().version, ListVersion::NotOlderThan("10".into()));
+    }
+
+    #[test]
+    fn r_15_watch_from_last_rv_with_timeout_in_5_to_10_minutes() {
+        let t = Instant::now();
+        let mut s = state();
+        s.list_succeeded("42", false);
+        let w = s.watch_request(t, 0.0);
+        assert_eq!(w, WatchRequest { resource_version: "42".into(), timeout_secs: 300 });
+        assert_eq!(s.watch_request(t, 0.999_999_9).timeout_secs, 599);
+        assert_eq!(s.watch_restarts(), 1);
+    }
+
+    #[test]
+    fn r_16_watch_open_429_and_refused_rewatch_others_relist() {
+        let t = Instant::now();
+        let mut s = state();
+        s.list_succeeded("1", false);
+        assert_eq!(
+            s.watch_open_failed(&Failure::TooManyRequests { retry_after: Some(Duration::from_secs(5)) }, t, 0.0),
+            Next::WatchAfter(Duration::from_secs(5))
+        );
+        assert_eq!(s.watch_open_failed(&Failure::ConnectionRefused, t, 0.0), Next::WatchAfter(Duration::from_millis(1600)));
+        // Unlike kube-runtime, a 410 when opening a watch relists (at the last RV).
+        assert!(matches!(s.watch_open_failed(&Failure::Expired, t, 0.0), Next::ListAfter(_)));
+        assert_eq!(s.list_request().version, ListVersion::NotOlderThan("1".into()));
+    }
+
+    #[test]
+    fn r_18_rv_is_the_last_processed_event_not_the_maximum() {
+        let mut s = state();
+        s.list_succeeded("10", false);
+        s.event_processed("55");
+        s.event_processed("32");
+        assert_eq!(s.last_sync_resource_version(), "32");
+    }
+
+    #[test]
+    fn r_19_clean_close_rewatches_at_once_without_backoff() {
+        let t = Instant::now();
+        let mut s = state();
+        s.list_succeeded("10", false);
+        s.watch_request(t, 0.0);
+        s.event_processed("11");
+        assert_eq!(s.watch_ended(&WatchEnd::Closed, t + Duration::from_millis(10), 0.0), Next::Watch);
+        assert_eq!(s.backoff().steps(), 0);
+    }
+
+    #[test]
+    fn r_19_watch_410_relists_at_last_rv_and_other_errors_relist() {
+        let t = Instant::now();
+        let mut s = state();
+        s.list_succeeded("10", false);
+        s.watch_request(t, 0.0);
+        s.event_processed("12");
+        assert!(matches!(s.watch_ended(&WatchEnd::Failed(Failure::Expired), t, 0.0), Next::ListAfter(_)));
+        assert_eq!(s.list_request().version, ListVersion::NotOlderThan("12".into()));
+        assert!(matches!(s.watch_ended(&WatchEnd::Failed(Failure::Malformed), t, 0.0), Next::ListAfter(_)));
+        assert!(matches!(
+            s.watch_ended(&WatchEnd::Failed(Failure::TooManyRequests { retry_after: None }), t, 0.0),
+            Next::WatchAfter(_)
+        ));
+    }
+
+    #[test]
+    fn r_17_very_short_watch_is_an_error() {
+        let t = Instant::now();
+        let mut s = state();
+        s.list_succeeded("10", false);
+        s.watch_request(t, 0.0);
+        assert!(matches!(s.watch_ended(&WatchEnd::Closed, t + Duration::from_millis(100), 0.0), Next::ListAfter(_)));
+        s.watch_request(t, 0.0);
+        assert_eq!(s.watch_ended(&WatchEnd::Closed, t + Duration::from_secs(2), 0.0), Next::Watch);
+    }
+
+    #[test]
+    fn backoff_survives_relists_until_a_watch_proves_healthy() {
+        let t = Instant::now();
+        let mut s = state();
+        // The list works, the watch fails at once: the delays keep growing.
+        let mut delays = vec![];
+        for _ in 0..4 {
+            s.list_succeeded("10", false);
+            s.watch_request(t, 0.0);
+            match s.watch_ended(&WatchEnd::Failed(Failure::Other), t, 0.0) {
+                Next::ListAfter(d) => delays.push(d.as_millis()),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(delays, vec![800, 1600, 3200, 6400]);
+        // A healthy watch after a successful relist resets it.
+        s.list_succeeded("10", false);
+        s.watch_request(t, 0.0);
+        s.event_processed("11");
+        assert_eq!(s.backoff().steps(), 0);
+    }
+
+    #[test]
+    fn r_25_streaming_list_falls_back_to_list_when_unsupported() {
+        let t = Instant::now();
+        let mut s = ReflectorState::new(ReflectorOptions { streaming_lists: true, ..Default::default() });
+        assert!(s.list_request().streaming);
+        assert_eq!(s.list_request().page_size, None);
+        assert_eq!(s.list_failed(&Failure::Unsupported, true, t, 0.0), Next::List);
+        assert_eq!(
+            s.list_request(),
+            ListRequest { version: ListVersion::Any, page_size: Some(500), streaming: false }
+        );
+    }
+
+    #[test]
+    fn relists_are_counted_after_the_first_list() {
+        let mut s = state();
+        s.list_succeeded("1", false);
+        assert_eq!(s.relists(), 0);
+        s.list_succeeded("2", false);
+        assert_eq!(s.relists(), 1);
+    }
+}

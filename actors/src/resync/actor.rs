@@ -1,0 +1,88 @@
+//! The resync timer actor: owns the [`ResyncSchedule`] and, at each due time,
+//! tells the Indexer which subscribers to replay the cache to.
+//!
+//! Time comes from tokio's clock, so tests can pause and advance it.
+
+use std::time::Duration;
+
+use actix::prelude::*;
+
+use super::ResyncSchedule;
+use crate::listener::SubscriberId;
+
+/// Add (or change) a subscriber's resync period. Answers the effective period
+/// (`ZERO` = never, else at least one second).
+#[derive(Message)]
+#[rtype(result = "Duration")]
+pub struct ScheduleResync {
+    /// The subscriber.
+    pub id: SubscriberId,
+    /// The period it asked for (`ZERO` = never).
+    pub period: Duration,
+}
+
+/// Forget a subscriber.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct CancelResync(pub SubscriberId);
+
+/// Who is due; sent to the Indexer.
+pub use crate::indexer::ResyncDue;
+
+/// The resync timer actor.
+pub struct ResyncTimer {
+    schedule: ResyncSchedule<SubscriberId>,
+    indexer: Recipient<ResyncDue>,
+    timer: Option<SpawnHandle>,
+}
+
+fn now() -> std::time::Instant {
+    tokio::time::Instant::now().into_std()
+}
+
+impl ResyncTimer {
+    /// A timer that sends [`ResyncDue`] to `indexer`.
+    pub fn new(indexer: Recipient<ResyncDue>) -> Self {
+        ResyncTimer { schedule: ResyncSchedule::new(), indexer, timer: None }
+    }
+
+    fn reschedule(&mut self, ctx: &mut Context<Self>) {
+        if let Some(h) = self.timer.take() {
+            ctx.cancel_future(h);
+        }
+        let Some(at) = self.schedule.next_wakeup() else { return };
+        let wait = at.saturating_duration_since(now());
+        self.timer = Some(ctx.run_later(wait, |act, ctx| {
+            act.timer = None;
+            let due = act.schedule.due(now());
+            if !due.is_empty() {
+                tracing::debug!(?due, "resync due");
+                act.indexer.do_send(ResyncDue(due));
+            }
+            act.reschedule(ctx);
+        }));
+    }
+}
+
+impl Actor for ResyncTimer {
+    type Context = Context<Self>;
+}
+
+impl Handler<ScheduleResync> for ResyncTimer {
+    type Result = MessageResult<ScheduleResync>;
+
+    fn handle(&mut self, msg: ScheduleResync, ctx: &mut Context<Self>) -> Self::Result {
+        let effective = self.schedule.insert(msg.id, msg.period, now());
+        self.reschedule(ctx);
+        MessageResult(effective)
+    }
+}
+
+impl Handler<CancelResync> for ResyncTimer {
+    type Result = ();
+
+    fn handle(&mut self, CancelResync(id): CancelResync, ctx: &mut Context<Self>) {
+        self.schedule.remove(&id);
+        self.reschedule(ctx);
+    }
+}

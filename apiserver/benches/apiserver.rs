@@ -1,0 +1,2 @@
+//! Placeholder (the API server helper replaces this).
+fn main() {}

@@ -1,0 +1,361 @@
+//! List and watch query parameters: parsing, validation and continue tokens.
+
+use std::collections::HashMap;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::object::ObjKey;
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::status::{ApiError, Reason};
+
+/// The `resourceVersion` parameter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RvParam {
+    /// Absent or empty: most recent.
+    Unset,
+    /// `"0"`: any version.
+    Any,
+    /// A specific version.
+    At(u64),
+}
+
+/// The `resourceVersionMatch` parameter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RvMatch {
+    /// At least this version.
+    NotOlderThan,
+    /// Exactly this version.
+    Exact,
+}
+
+/// Where a list page is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListAt {
+    /// The current state; the caller first waits for the RV to reach the bound.
+    Current {
+        /// Lower bound the state must have reached.
+        not_older_than: u64,
+    },
+    /// The state at exactly this resourceVersion (reconstructed from history).
+    Exact(u64),
+}
+
+/// A parsed continue token: resume after `start` at resourceVersion `rv`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContinueToken {
+    /// RV of the first page; later pages are served at the same RV.
+    pub rv: u64,
+    /// Last key returned.
+    pub start_after: ObjKey,
+}
+
+#[derive(Serialize, Deserialize)]
+struct TokenWire {
+    v: String,
+    rv: u64,
+    start: String,
+}
+
+impl ContinueToken {
+    /// Encode like the real server (base64 of a small JSON document).
+    pub fn encode(&self) -> String {
+        let wire = TokenWire {
+            v: "meta.k8s.io/v1".into(),
+            rv: self.rv,
+            start: format!("{}/{}\u{0}", self.start_after.namespace, self.start_after.name),
+        };
+        let json = serde_json::to_vec(&wire).unwrap_or_default();
+        URL_SAFE_NO_PAD.encode(json)
+    }
+
+    /// Decode; any garbage is a 400 BadRequest.
+    pub fn decode(token: &str) -> Result<Self, ApiError> {
+        let bad = |why: &str| ApiError::bad_request(format!("continue key is not valid: {why}"));
+        let raw = URL_SAFE_NO_PAD
+            .decode(token.trim_end_matches('='))
+            .map_err(|_| bad("incorrect encoded start resourceVersion (version meta.k8s.io/v1)"))?;
+        let wire: TokenWire =
+            serde_json::from_slice(&raw).map_err(|_| bad("invalid continue token"))?;
+        if wire.v != "meta.k8s.io/v1" {
+            return Err(bad("server does not recognize this encoded key"));
+        }
+        if wire.rv == 0 {
+            return Err(bad("incorrect encoded start resourceVersion (version meta.k8s.io/v1)"));
+        }
+        let start = wire.start.trim_end_matches('\u{0}');
+        let (ns, name) = start
+            .split_once('/')
+            .ok_or_else(|| bad("invalid start key"))?;
+        Ok(ContinueToken {
+            rv: wire.rv,
+            start_after: ObjKey::new(ns, name),
+        })
+    }
+}
+
+/// All query parameters of a collection or object request that the server honours.
+#[derive(Debug, Clone)]
+pub struct Query {
+    /// `watch=1|true`, or a legacy `/watch/` path.
+    pub watch: bool,
+    /// `resourceVersion`.
+    pub rv: RvParam,
+    /// `resourceVersionMatch`.
+    pub rv_match: Option<RvMatch>,
+    /// `limit` (0 or absent: no limit).
+    pub limit: Option<usize>,
+    /// `continue`.
+    pub continue_token: Option<ContinueToken>,
+    /// `labelSelector`.
+    pub labels: LabelSelector,
+    /// `fieldSelector`.
+    pub fields: FieldSelector,
+    /// `timeoutSeconds`.
+    pub timeout_seconds: Option<u64>,
+    /// `allowWatchBookmarks`.
+    pub allow_bookmarks: bool,
+    /// `sendInitialEvents`.
+    pub send_initial_events: Option<bool>,
+    /// `dryRun` present (writes are validated but not stored).
+    pub dry_run: bool,
+}
+
+fn parse_bool(name: &str, v: &str) -> Result<bool, ApiError> {
+    match v {
+        "1" | "true" | "True" | "TRUE" | "t" => Ok(true),
+        "0" | "false" | "False" | "FALSE" | "f" | "" => Ok(false),
+        _ => Err(ApiError::bad_request(format!(
+            "invalid value for {name}: \"{v}\": must be a boolean"
+        ))),
+    }
+}
+
+fn list_options_invalid(field: &str, detail: &str) -> ApiError {
+    ApiError::new(
+        Reason::Invalid,
+        format!("ListOptions.meta.k8s.io \"\" is invalid: {field}: {detail}"),
+    )
+    .with_details(json!({
+        "group": "meta.k8s.io",
+        "kind": "ListOptions",
+        "causes": [{"reason": "FieldValueForbidden", "message": detail, "field": field}],
+    }))
+}
+
+impl Query {
+    /// Parse a raw query string (`a=b&c=d`; empty pairs as kube-client sends are fine).
+    pub fn parse(raw: Option<&str>) -> Result<Self, ApiError> {
+        let params: HashMap<String, String> = form_urlencoded::parse(raw.unwrap_or("").as_bytes())
+            .into_owned()
+            .collect();
+        let get = |k: &str| params.get(k).map(String::as_str);
+
+        let watch = match get("watch") {
+            Some(v) => parse_bool("watch", v)?,
+            None => false,
+        };
+        let rv = match get("resourceVersion") {
+            None | Some("") => RvParam::Unset,
+            Some("0") => RvParam::Any,
+            Some(s) => RvParam::At(s.parse().map_err(|_| {
+                ApiError::bad_request(format!(
+                    "resourceVersion: Invalid value: \"{s}\": invalid resource version"
+                ))
+            })?),
+        };
+        let rv_match = match get("resourceVersionMatch") {
+            None | Some("") => None,
+            Some("NotOlderThan") => Some(RvMatch::NotOlderThan),
+            Some("Exact") => Some(RvMatch::Exact),
+            Some(other) => {
+                return Err(list_options_invalid(
+                    "resourceVersionMatch",
+                    &format!("Unsupported value: \"{other}\": supported values: \"Exact\", \"NotOlderThan\""),
+                ));
+            }
+        };
+        let limit = match get("limit") {
+            None | Some("") => None,
+            Some(s) => {
+                let n: i64 = s.parse().map_err(|_| {
+                    ApiError::bad_request(format!("limit: Invalid value: \"{s}\": must be an integer"))
+                })?;
+                (n > 0).then_some(n as usize)
+            }
+        };
+        let continue_token = match get("continue") {
+            None | Some("") => None,
+            Some(s) => Some(ContinueToken::decode(s)?),
+        };
+        let labels = LabelSelector::parse(get("labelSelector").unwrap_or(""))
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let fields = FieldSelector::parse(get("fieldSelector").unwrap_or(""))
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let timeout_seconds = match get("timeoutSeconds") {
+            None | Some("") => None,
+            Some(s) => Some(s.parse::<u64>().map_err(|_| {
+                ApiError::bad_request(format!(
+                    "timeoutSeconds: Invalid value: \"{s}\": must be a non-negative integer"
+                ))
+            })?),
+        };
+        let allow_bookmarks = match get("allowWatchBookmarks") {
+            Some(v) => parse_bool("allowWatchBookmarks", v)?,
+            None => false,
+        };
+        let send_initial_events = match get("sendInitialEvents") {
+            Some(v) => Some(parse_bool("sendInitialEvents", v)?),
+            None => None,
+        };
+        let dry_run = get("dryRun").is_some_and(|v| !v.is_empty());
+        let q = Query {
+            watch,
+            rv,
+            rv_match,
+            limit,
+            continue_token,
+            labels,
+            fields,
+            timeout_seconds,
+            allow_bookmarks,
+            send_initial_events,
+            dry_run,
+        };
+        q.validate()?;
+        Ok(q)
+    }
+
+    fn validate(&self) -> Result<(), ApiError> {
+        if self.rv_match.is_some() && self.rv == RvParam::Unset {
+            return Err(list_options_invalid(
+                "resourceVersionMatch",
+                "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
+            ));
+        }
+        if self.rv_match == Some(RvMatch::Exact) && self.rv == RvParam::Any {
+            return Err(list_options_invalid(
+                "resourceVersionMatch",
+                "Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+            ));
+        }
+        if self.continue_token.is_some() && self.rv_match.is_some() {
+            return Err(list_options_invalid(
+                "resourceVersionMatch",
+                "Forbidden: resourceVersionMatch is forbidden when continue is provided",
+            ));
+        }
+        if self.continue_token.is_some() && matches!(self.rv, RvParam::At(_)) {
+            return Err(ApiError::bad_request(
+                "specifying resource version is not allowed when using continue",
+            ));
+        }
+        if let Some(true) = self.send_initial_events {
+            if !self.watch {
+                return Err(list_options_invalid(
+                    "sendInitialEvents",
+                    "Forbidden: sendInitialEvents is forbidden for list",
+                ));
+            }
+            if self.rv_match != Some(RvMatch::NotOlderThan) {
+                return Err(list_options_invalid(
+                    "resourceVersionMatch",
+                    "Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                ));
+            }
+            if !self.allow_bookmarks {
+                return Err(list_options_invalid(
+                    "allowWatchBookmarks",
+                    "Forbidden: sendInitialEvents requires setting allowWatchBookmarks to true",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Where a list request reads, per the real server's rules.
+    pub fn list_at(&self) -> ListAt {
+        if let Some(tok) = &self.continue_token {
+            return ListAt::Exact(tok.rv);
+        }
+        match (self.rv, self.rv_match) {
+            (RvParam::At(n), Some(RvMatch::Exact)) => ListAt::Exact(n),
+            (RvParam::At(n), _) => ListAt::Current { not_older_than: n },
+            _ => ListAt::Current { not_older_than: 0 },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn continue_token_round_trip_and_garbage() {
+        let t = ContinueToken {
+            rv: 42,
+            start_after: ObjKey::new("ns", "cm-1"),
+        };
+        let enc = t.encode();
+        assert_eq!(ContinueToken::decode(&enc).unwrap(), t);
+        for garbage in ["!!!", "abc", "eyJ2IjoieCJ9"] {
+            let e = ContinueToken::decode(garbage).unwrap_err();
+            assert_eq!(e.code, 400, "{garbage}");
+        }
+        let cluster = ContinueToken {
+            rv: 1,
+            start_after: ObjKey::new("", "n"),
+        };
+        assert_eq!(ContinueToken::decode(&cluster.encode()).unwrap(), cluster);
+    }
+
+    #[test]
+    fn parses_kube_client_watch_query() {
+        let q = Query::parse(Some(
+            "&watch=true&timeoutSeconds=290&allowWatchBookmarks=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion=0",
+        ))
+        .unwrap();
+        assert!(q.watch && q.allow_bookmarks);
+        assert_eq!(q.rv, RvParam::Any);
+        assert_eq!(q.send_initial_events, Some(true));
+        assert_eq!(q.timeout_seconds, Some(290));
+    }
+
+    #[test]
+    fn rv_semantics() {
+        let q = Query::parse(Some("resourceVersion=5&resourceVersionMatch=Exact")).unwrap();
+        assert_eq!(q.list_at(), ListAt::Exact(5));
+        let q = Query::parse(Some("resourceVersion=5")).unwrap();
+        assert_eq!(q.list_at(), ListAt::Current { not_older_than: 5 });
+        let q = Query::parse(Some("resourceVersion=0")).unwrap();
+        assert_eq!(q.list_at(), ListAt::Current { not_older_than: 0 });
+        assert_eq!(
+            Query::parse(Some("resourceVersionMatch=Exact")).unwrap_err().code,
+            422
+        );
+        assert_eq!(
+            Query::parse(Some("resourceVersion=0&resourceVersionMatch=Exact"))
+                .unwrap_err()
+                .code,
+            422
+        );
+        assert_eq!(Query::parse(Some("resourceVersion=abc")).unwrap_err().code, 400);
+        assert_eq!(Query::parse(Some("limit=x")).unwrap_err().code, 400);
+        assert_eq!(Query::parse(Some("labelSelector=a%20b")).unwrap_err().code, 400);
+        let tok = ContinueToken {
+            rv: 9,
+            start_after: ObjKey::new("a", "b"),
+        }
+        .encode();
+        let q = Query::parse(Some(&format!("continue={tok}&limit=2"))).unwrap();
+        assert_eq!(q.list_at(), ListAt::Exact(9));
+        assert_eq!(
+            Query::parse(Some(&format!("continue={tok}&resourceVersion=3")))
+                .unwrap_err()
+                .code,
+            400
+        );
+    }
+}

@@ -1,0 +1,287 @@
+//! Kubernetes `Status` errors: every failure the server answers is one of these.
+
+use serde_json::{Value, json};
+
+/// The `reason` field of a failure `Status`, as the real API server spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// 404: the object or path does not exist.
+    NotFound,
+    /// 409: create of an object whose name is taken.
+    AlreadyExists,
+    /// 409: optimistic-concurrency failure (stale resourceVersion or precondition).
+    Conflict,
+    /// 422: the object fails validation.
+    Invalid,
+    /// 400: the request itself is malformed.
+    BadRequest,
+    /// 410: the requested resourceVersion or continue token is older than retained history.
+    Expired,
+    /// 410: the resource is gone (used by some older servers instead of `Expired`).
+    Gone,
+    /// 429: the client must back off (carries `Retry-After`).
+    TooManyRequests,
+    /// 500: an internal (or injected) failure.
+    InternalError,
+    /// 413: the request body exceeds the configured limit.
+    RequestEntityTooLarge,
+    /// 504: the server could not answer in time (e.g. a resourceVersion from the future).
+    Timeout,
+    /// 405: the verb is not supported on this path.
+    MethodNotAllowed,
+    /// 415: the request's content type is not supported.
+    UnsupportedMediaType,
+    /// 406: the requested response media type is not supported.
+    NotAcceptable,
+}
+
+impl Reason {
+    /// The wire spelling of the reason.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::NotFound => "NotFound",
+            Reason::AlreadyExists => "AlreadyExists",
+            Reason::Conflict => "Conflict",
+            Reason::Invalid => "Invalid",
+            Reason::BadRequest => "BadRequest",
+            Reason::Expired => "Expired",
+            Reason::Gone => "Gone",
+            Reason::TooManyRequests => "TooManyRequests",
+            Reason::InternalError => "InternalError",
+            Reason::RequestEntityTooLarge => "RequestEntityTooLarge",
+            Reason::Timeout => "Timeout",
+            Reason::MethodNotAllowed => "MethodNotAllowed",
+            Reason::UnsupportedMediaType => "UnsupportedMediaType",
+            Reason::NotAcceptable => "NotAcceptable",
+        }
+    }
+
+    /// The HTTP status code the real server uses for this reason.
+    pub fn code(self) -> u16 {
+        match self {
+            Reason::NotFound => 404,
+            Reason::AlreadyExists | Reason::Conflict => 409,
+            Reason::Invalid => 422,
+            Reason::BadRequest => 400,
+            Reason::Expired | Reason::Gone => 410,
+            Reason::TooManyRequests => 429,
+            Reason::InternalError => 500,
+            Reason::RequestEntityTooLarge => 413,
+            Reason::Timeout => 504,
+            Reason::MethodNotAllowed => 405,
+            Reason::UnsupportedMediaType => 415,
+            Reason::NotAcceptable => 406,
+        }
+    }
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for Reason {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+/// A failed API operation: HTTP code, `Status` reason, message and optional details.
+///
+/// Both the HTTP layer and the in-process methods of `ServerHandle` return it, so tests
+/// can assert on the same answer a client would see.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{code} {reason}: {message}")]
+pub struct ApiError {
+    /// HTTP status code (e.g. 404).
+    pub code: u16,
+    /// The `Status.reason`.
+    pub reason: Reason,
+    /// Human-readable message, worded like the real server's.
+    pub message: String,
+    /// The `Status.details` object, if any.
+    pub details: Option<Value>,
+    /// Seconds for the `Retry-After` header (429 and some 5xx answers).
+    pub retry_after_secs: Option<u32>,
+}
+
+impl ApiError {
+    /// An error with the code that belongs to `reason`.
+    pub fn new(reason: Reason, message: impl Into<String>) -> Self {
+        ApiError {
+            code: reason.code(),
+            reason,
+            message: message.into(),
+            details: None,
+            retry_after_secs: None,
+        }
+    }
+
+    /// Attach a `details` object.
+    pub fn with_details(mut self, details: Value) -> Self {
+        self.details = Some(details);
+        self
+    }
+
+    /// `<plural> "<name>" not found`.
+    pub fn not_found(group: &str, plural: &str, name: &str) -> Self {
+        Self::new(
+            Reason::NotFound,
+            format!("{} \"{name}\" not found", qualified(group, plural)),
+        )
+        .with_details(details(group, plural, name))
+    }
+
+    /// `<plural> "<name>" already exists`.
+    pub fn already_exists(group: &str, plural: &str, name: &str) -> Self {
+        Self::new(
+            Reason::AlreadyExists,
+            format!("{} \"{name}\" already exists", qualified(group, plural)),
+        )
+        .with_details(details(group, plural, name))
+    }
+
+    /// The optimistic-concurrency conflict message of the real server.
+    pub fn conflict(group: &str, plural: &str, name: &str) -> Self {
+        Self::new(
+            Reason::Conflict,
+            format!(
+                "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
+                qualified(group, plural)
+            ),
+        )
+        .with_details(details(group, plural, name))
+    }
+
+    /// 422 Invalid with one field cause.
+    pub fn invalid(kind: &str, name: &str, field: &str, cause_reason: &str, detail: &str) -> Self {
+        Self::new(
+            Reason::Invalid,
+            format!("{kind} \"{name}\" is invalid: {field}: {detail}"),
+        )
+        .with_details(json!({
+            "name": name,
+            "kind": kind,
+            "causes": [{"reason": cause_reason, "message": detail, "field": field}],
+        }))
+    }
+
+    /// 400 BadRequest.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(Reason::BadRequest, message)
+    }
+
+    /// 410 Expired.
+    pub fn expired(message: impl Into<String>) -> Self {
+        Self::new(Reason::Expired, message)
+    }
+
+    /// 429 TooManyRequests with a Retry-After.
+    pub fn too_many_requests(retry_after_secs: u32) -> Self {
+        let mut e = Self::new(
+            Reason::TooManyRequests,
+            "Too many requests, please try again later.",
+        )
+        .with_details(json!({"retryAfterSeconds": retry_after_secs}));
+        e.retry_after_secs = Some(retry_after_secs);
+        e
+    }
+
+    /// 500 InternalError.
+    pub fn internal(message: impl Into<String>) -> Self {
+        let message = message.into();
+        Self::new(
+            Reason::InternalError,
+            format!("Internal error occurred: {message}"),
+        )
+        .with_details(json!({"causes": [{"message": message}]}))
+    }
+
+    /// 413 RequestEntityTooLarge.
+    pub fn too_large(limit: usize) -> Self {
+        Self::new(
+            Reason::RequestEntityTooLarge,
+            format!("Request entity too large: limit is {limit}"),
+        )
+    }
+
+    /// The 504 "Too large resource version" answer of the real server.
+    pub fn too_large_resource_version(requested: u64, current: u64) -> Self {
+        let mut e = Self::new(
+            Reason::Timeout,
+            format!("Timeout: Too large resource version: {requested}, current: {current}"),
+        )
+        .with_details(json!({
+            "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+            "retryAfterSeconds": 1,
+        }));
+        e.retry_after_secs = Some(1);
+        e
+    }
+
+    /// The message of the 410 a watch gets for a start RV older than history.
+    pub fn too_old_resource_version(requested: u64, oldest: u64) -> Self {
+        Self::expired(format!(
+            "too old resource version: {requested} ({oldest})"
+        ))
+    }
+
+    /// The `Status` object for this error.
+    pub fn to_status(&self) -> Value {
+        let mut status = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason.as_str(),
+            "code": self.code,
+        });
+        if let (Some(d), Some(obj)) = (&self.details, status.as_object_mut()) {
+            obj.insert("details".into(), d.clone());
+        }
+        status
+    }
+}
+
+/// `plural` or `plural.group`, as Status messages name resources.
+pub(crate) fn qualified(group: &str, plural: &str) -> String {
+    if group.is_empty() {
+        plural.to_string()
+    } else {
+        format!("{plural}.{group}")
+    }
+}
+
+fn details(group: &str, plural: &str, name: &str) -> Value {
+    let mut d = json!({"name": name, "kind": plural});
+    if !group.is_empty()
+        && let Some(o) = d.as_object_mut()
+    {
+        o.insert("group".into(), Value::String(group.to_string()));
+    }
+    d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_carries_code_reason_and_details() {
+        let s = ApiError::not_found("", "configmaps", "x").to_status();
+        assert_eq!(s["code"], 404);
+        assert_eq!(s["reason"], "NotFound");
+        assert_eq!(s["message"], "configmaps \"x\" not found");
+        assert_eq!(s["details"]["name"], "x");
+        let s = ApiError::too_large_resource_version(99, 5).to_status();
+        assert_eq!(s["code"], 504);
+        assert_eq!(s["details"]["causes"][0]["reason"], "ResourceVersionTooLarge");
+        assert_eq!(
+            s["message"],
+            "Timeout: Too large resource version: 99, current: 5"
+        );
+        assert_eq!(ApiError::already_exists("example.com", "widgets", "w").message, "widgets.example.com \"w\" already exists");
+    }
+}

@@ -1,0 +1,816 @@
+//! The object store: one global resourceVersion counter, objects as shared pre-serialised
+//! records, the history ring, and non-blocking fan-out to watchers.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use serde_json::Value;
+use tokio::sync::mpsc::{self, error::TrySendError};
+
+use crate::history::{Event, EventKind, History, TooOld};
+use crate::object::{
+    ObjKey, ObjectRecord, body_name, carry_over_for_update, check_body, resolve_name_for_create,
+    resolve_namespace, resource_version_of, set_resource_version, stamp_new, validate_metadata,
+};
+use crate::query::ContinueToken;
+use crate::resource::{Registry, ResourceType};
+use crate::selector::ObjectFilter;
+use crate::status::{ApiError, Reason};
+
+/// Flags a watcher's stream reads when its channel closes.
+#[derive(Debug, Default)]
+pub struct WatcherShared {
+    /// Set when the writer dropped this watcher because its buffer was full.
+    pub overflowed: AtomicBool,
+}
+
+struct WatcherEntry {
+    id: u64,
+    namespace: Option<Arc<str>>,
+    tx: mpsc::Sender<Arc<Event>>,
+    shared: Arc<WatcherShared>,
+}
+
+/// Where a watch starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchStart {
+    /// Synthetic ADDED for the current state, then live events.
+    InitialState,
+    /// Live events only, from now on.
+    Now,
+    /// Replay retained events after this RV, then live events.
+    After(u64),
+}
+
+/// Why a watch could not be registered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchRegisterError {
+    /// Start RV older than the retained history.
+    TooOld(TooOld),
+    /// Start RV in the future.
+    TooLarge {
+        /// Current RV.
+        current: u64,
+    },
+}
+
+/// A registered watcher: what to send first, and the channel of live events.
+pub struct WatchRegistration {
+    /// Watcher id (for unregistering).
+    pub id: u64,
+    /// Objects to send as synthetic ADDED (only for `InitialState`).
+    pub initial: Vec<Arc<ObjectRecord>>,
+    /// Retained events to replay (only for `After`).
+    pub replay: Vec<Arc<Event>>,
+    /// The RV the watch is positioned at after `initial`/`replay`.
+    pub start_rv: u64,
+    /// Live events.
+    pub rx: mpsc::Receiver<Arc<Event>>,
+    /// Overflow flag.
+    pub shared: Arc<WatcherShared>,
+}
+
+/// One page of a list.
+#[derive(Debug)]
+pub struct ListPage {
+    /// Items in key order.
+    pub items: Vec<Arc<ObjectRecord>>,
+    /// RV the page was read at.
+    pub rv: u64,
+    /// Token for the next page.
+    pub continue_token: Option<String>,
+    /// Items left after this page (only when no selector narrows the list).
+    pub remaining: Option<u64>,
+}
+
+/// Preconditions a delete may carry.
+#[derive(Debug, Clone, Default)]
+pub struct DeletePreconditions {
+    /// Required `metadata.uid`.
+    pub uid: Option<String>,
+    /// Required `metadata.resourceVersion`.
+    pub resource_version: Option<u64>,
+}
+
+struct Inner {
+    rv: u64,
+    objects: Vec<BTreeMap<ObjKey, Arc<ObjectRecord>>>,
+    history: History,
+    watchers: Vec<Vec<WatcherEntry>>,
+}
+
+/// The shared state of one server.
+pub struct Store {
+    registry: Registry,
+    inner: Mutex<Inner>,
+    rv_tx: tokio::sync::watch::Sender<u64>,
+    watch_buffer: usize,
+    next_watcher: AtomicU64,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("rv", &self.current_rv())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// An empty store for these types.
+    pub fn new(registry: Registry, history_limit: usize, watch_buffer: usize) -> Self {
+        let n = registry.types().len();
+        let (rv_tx, _) = tokio::sync::watch::channel(1);
+        Store {
+            registry,
+            inner: Mutex::new(Inner {
+                rv: 1,
+                objects: (0..n).map(|_| BTreeMap::new()).collect(),
+                history: History::new(history_limit, 1),
+                watchers: (0..n).map(|_| Vec::new()).collect(),
+            }),
+            rv_tx,
+            watch_buffer: watch_buffer.max(1),
+            next_watcher: AtomicU64::new(1),
+        }
+    }
+
+    /// The served types.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    fn rt(&self, res: usize) -> Result<&ResourceType, ApiError> {
+        self.registry
+            .types()
+            .get(res)
+            .ok_or_else(|| ApiError::internal("unknown resource index"))
+    }
+
+    /// Resolve group + plural to a resource index.
+    pub fn resolve(&self, group: &str, plural: &str) -> Result<usize, ApiError> {
+        self.registry
+            .get(group, plural)
+            .map(|(i, _)| i)
+            .ok_or_else(|| {
+                ApiError::new(
+                    Reason::NotFound,
+                    "the server could not find the requested resource",
+                )
+            })
+    }
+
+    /// The current global resourceVersion.
+    pub fn current_rv(&self) -> u64 {
+        *self.rv_tx.borrow()
+    }
+
+    /// Wait until the RV reaches `rv`; false on timeout.
+    pub async fn wait_for_rv(&self, rv: u64, timeout: Duration) -> bool {
+        let mut rx = self.rv_tx.subscribe();
+        matches!(
+            tokio::time::timeout(timeout, rx.wait_for(|v| *v >= rv)).await,
+            Ok(Ok(_))
+        )
+    }
+
+    /// A receiver of RV changes (watch streams read it for bookmarks).
+    pub fn subscribe_rv(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.rv_tx.subscribe()
+    }
+
+    /// Number of retained history events and the compacted RV (for diagnostics and tests).
+    pub fn history_stats(&self) -> (usize, u64) {
+        let inner = self.inner.lock();
+        (inner.history.len(), inner.history.compacted_rv())
+    }
+
+    /// Number of registered watchers over all resources.
+    pub fn watcher_count(&self) -> usize {
+        self.inner.lock().watchers.iter().map(Vec::len).sum()
+    }
+
+    /// Number of stored objects of one resource type.
+    pub fn object_count(&self, res: usize) -> usize {
+        self.inner.lock().objects.get(res).map_or(0, BTreeMap::len)
+    }
+
+    /// Forget all history up to now: start points before now then get 410.
+    pub fn compact(&self) {
+        let mut inner = self.inner.lock();
+        let rv = inner.rv;
+        inner.history.compact(rv);
+    }
+
+    fn commit(
+        &self,
+        inner: &mut Inner,
+        res: usize,
+        kind: EventKind,
+        record: Arc<ObjectRecord>,
+        prev: Option<Arc<ObjectRecord>>,
+    ) {
+        let rv = record.rv;
+        inner.rv = rv;
+        if let Some(map) = inner.objects.get_mut(res) {
+            match kind {
+                EventKind::Deleted => {
+                    map.remove(&record.key);
+                }
+                _ => {
+                    map.insert(record.key.clone(), record.clone());
+                }
+            }
+        }
+        let event = Arc::new(Event::new(rv, res, kind, record, prev));
+        inner.history.push(event.clone());
+        if let Some(watchers) = inner.watchers.get_mut(res) {
+            watchers.retain(|w| {
+                if let Some(ns) = &w.namespace
+                    && **ns != *event.object.key.namespace
+                {
+                    return true;
+                }
+                match w.tx.try_send(event.clone()) {
+                    Ok(()) => true,
+                    Err(TrySendError::Full(_)) => {
+                        w.shared.overflowed.store(true, Ordering::SeqCst);
+                        tracing::debug!(watcher = w.id, "watcher fell behind; dropping it");
+                        false
+                    }
+                    Err(TrySendError::Closed(_)) => false,
+                }
+            });
+        }
+        self.rv_tx.send_replace(rv);
+    }
+
+    /// Create an object (fills uid, creationTimestamp, generation, resourceVersion; honours generateName).
+    pub fn create(
+        &self,
+        res: usize,
+        namespace: Option<&str>,
+        mut body: Value,
+        dry_run: bool,
+    ) -> Result<Arc<ObjectRecord>, ApiError> {
+        let rt = self.rt(res)?;
+        check_body(rt, &mut body)?;
+        let ns = resolve_namespace(rt, &mut body, namespace)?;
+        let name = resolve_name_for_create(rt, &mut body)?;
+        validate_metadata(rt, &body, &name)?;
+        let key = ObjKey::new(&ns, &name);
+        let mut inner = self.inner.lock();
+        if inner.objects.get(res).is_some_and(|m| m.contains_key(&key)) {
+            return Err(ApiError::already_exists(&rt.group, &rt.plural, &name));
+        }
+        let rv = inner.rv + 1;
+        stamp_new(&mut body, rv);
+        let record = Arc::new(ObjectRecord::from_value(key, &body)?);
+        if !dry_run {
+            self.commit(&mut inner, res, EventKind::Added, record.clone(), None);
+        }
+        Ok(record)
+    }
+
+    /// Replace an object (PUT). A `metadata.resourceVersion` in the body must match (else 409);
+    /// without one the update is unconditional. `url_name` is the name in the path, if any.
+    pub fn update(
+        &self,
+        res: usize,
+        namespace: Option<&str>,
+        url_name: Option<&str>,
+        mut body: Value,
+        dry_run: bool,
+    ) -> Result<Arc<ObjectRecord>, ApiError> {
+        let rt = self.rt(res)?;
+        check_body(rt, &mut body)?;
+        let ns = resolve_namespace(rt, &mut body, namespace)?;
+        let name = match (body_name(&body)?, url_name) {
+            (Some(b), Some(u)) if b != u => {
+                return Err(ApiError::bad_request(format!(
+                    "the name of the object ({b}) does not match the name on the URL ({u})"
+                )));
+            }
+            (Some(b), _) => b,
+            (None, Some(u)) => {
+                if let Some(meta) = body.get_mut("metadata").and_then(Value::as_object_mut) {
+                    meta.insert("name".into(), Value::String(u.to_string()));
+                }
+                u.to_string()
+            }
+            (None, None) => {
+                return Err(ApiError::invalid(
+                    &rt.kind,
+                    "",
+                    "metadata.name",
+                    "FieldValueRequired",
+                    "Required value: name is required",
+                ));
+            }
+        };
+        let key = ObjKey::new(&ns, &name);
+        self.modify(res, &key, dry_run, |_| Ok(body))
+    }
+
+    /// Read-modify-write under the store lock (patches use it): `f` gets the current object
+    /// and returns the new one; preconditions, validation and no-op detection follow.
+    pub fn modify(
+        &self,
+        res: usize,
+        key: &ObjKey,
+        dry_run: bool,
+        f: impl FnOnce(Value) -> Result<Value, ApiError>,
+    ) -> Result<Arc<ObjectRecord>, ApiError> {
+        let rt = self.rt(res)?;
+        let mut inner = self.inner.lock();
+        let Some(existing) = inner.objects.get(res).and_then(|m| m.get(key)).cloned() else {
+            return Err(ApiError::not_found(&rt.group, &rt.plural, &key.name));
+        };
+        let old = existing.to_value();
+        let mut new = f(old.clone())?;
+        check_body(rt, &mut new)?;
+        let ns_in_body = new
+            .get("metadata")
+            .and_then(|m| m.get("namespace"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        if rt.namespaced && !ns_in_body.is_empty() && ns_in_body != *key.namespace {
+            return Err(ApiError::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
+        }
+        if let Some(meta) = new.get_mut("metadata").and_then(Value::as_object_mut) {
+            if rt.namespaced {
+                meta.insert("namespace".into(), Value::String(key.namespace.to_string()));
+            } else {
+                meta.remove("namespace");
+            }
+        }
+        match body_name(&new)? {
+            Some(n) if n == *key.name => {}
+            Some(n) => {
+                return Err(ApiError::bad_request(format!(
+                    "the name of the object ({n}) does not match the name on the URL ({})",
+                    key.name
+                )));
+            }
+            None => {
+                if let Some(meta) = new.get_mut("metadata").and_then(Value::as_object_mut) {
+                    meta.insert("name".into(), Value::String(key.name.to_string()));
+                }
+            }
+        }
+        if let Some(expected) = resource_version_of(&new)?
+            && expected != existing.rv
+        {
+            return Err(ApiError::conflict(&rt.group, &rt.plural, &key.name));
+        }
+        validate_metadata(rt, &new, &key.name)?;
+        if !carry_over_for_update(&old, &mut new) {
+            return Ok(existing);
+        }
+        let rv = inner.rv + 1;
+        set_resource_version(&mut new, rv);
+        let record = Arc::new(ObjectRecord::from_value(key.clone(), &new)?);
+        if !dry_run {
+            self.commit(&mut inner, res, EventKind::Modified, record.clone(), Some(existing));
+        }
+        Ok(record)
+    }
+
+    /// Delete an object; returns its final state (stamped with the deletion RV) and emits DELETED.
+    pub fn delete(
+        &self,
+        res: usize,
+        key: &ObjKey,
+        pre: &DeletePreconditions,
+        dry_run: bool,
+    ) -> Result<Arc<ObjectRecord>, ApiError> {
+        let rt = self.rt(res)?;
+        let mut inner = self.inner.lock();
+        let Some(existing) = inner.objects.get(res).and_then(|m| m.get(key)).cloned() else {
+            return Err(ApiError::not_found(&rt.group, &rt.plural, &key.name));
+        };
+        if let Some(uid) = &pre.uid
+            && *uid != existing.uid
+        {
+            return Err(ApiError::new(
+                Reason::Conflict,
+                format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    existing.uid
+                ),
+            ));
+        }
+        if let Some(rv) = pre.resource_version
+            && rv != existing.rv
+        {
+            return Err(ApiError::new(
+                Reason::Conflict,
+                format!(
+                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                    existing.rv
+                ),
+            ));
+        }
+        let rv = inner.rv + 1;
+        let final_state = Arc::new(existing.restamped(rv)?);
+        if !dry_run {
+            self.commit(&mut inner, res, EventKind::Deleted, final_state.clone(), Some(existing));
+        }
+        Ok(final_state)
+    }
+
+    /// Delete every object the filter selects; returns the final states.
+    pub fn delete_collection(
+        &self,
+        res: usize,
+        filter: &ObjectFilter,
+        dry_run: bool,
+    ) -> Result<Vec<Arc<ObjectRecord>>, ApiError> {
+        let keys: Vec<ObjKey> = {
+            let inner = self.inner.lock();
+            inner
+                .objects
+                .get(res)
+                .map(|m| {
+                    m.values()
+                        .filter(|r| filter.matches(r))
+                        .map(|r| r.key.clone())
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let mut out = Vec::with_capacity(keys.len());
+        for key in keys {
+            match self.delete(res, &key, &DeletePreconditions::default(), dry_run) {
+                Ok(r) => out.push(r),
+                Err(e) if e.reason == Reason::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Get one object.
+    pub fn get(&self, res: usize, key: &ObjKey) -> Result<Arc<ObjectRecord>, ApiError> {
+        let rt = self.rt(res)?;
+        let inner = self.inner.lock();
+        inner
+            .objects
+            .get(res)
+            .and_then(|m| m.get(key))
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, &key.name))
+    }
+
+    /// One page of a list, read at the current RV (`exact_rv: None`) or at an exact past RV.
+    pub fn list(
+        &self,
+        res: usize,
+        filter: &ObjectFilter,
+        exact_rv: Option<u64>,
+        limit: Option<usize>,
+        start_after: Option<&ObjKey>,
+    ) -> Result<ListPage, ApiError> {
+        let inner = self.inner.lock();
+        let Some(map) = inner.objects.get(res) else {
+            return Err(ApiError::internal("unknown resource index"));
+        };
+        let read_rv = exact_rv.unwrap_or(inner.rv);
+        if read_rv > inner.rv {
+            return Err(ApiError::too_large_resource_version(read_rv, inner.rv));
+        }
+        let mut overrides: BTreeMap<ObjKey, Option<Arc<ObjectRecord>>> = BTreeMap::new();
+        if read_rv < inner.rv {
+            let events = inner.history.since(read_rv).map_err(|_| {
+                if start_after.is_some() {
+                    ApiError::expired("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.")
+                } else {
+                    ApiError::expired(format!(
+                        "The resourceVersion for the provided list is too old. requested: {read_rv}, oldest available: {}",
+                        inner.history.oldest_available()
+                    ))
+                }
+            })?;
+            for ev in events.filter(|e| e.resource == res) {
+                overrides
+                    .entry(ev.object.key.clone())
+                    .or_insert_with(|| match ev.kind {
+                        EventKind::Added => None,
+                        _ => ev.prev.clone(),
+                    });
+            }
+        }
+
+        let ns = filter.namespace.as_deref();
+        let ns_start = ns.map(|n| ObjKey::new(n, ""));
+        let lower: Bound<ObjKey> = match (start_after, &ns_start) {
+            (Some(s), Some(nk)) if s < nk => Bound::Included(nk.clone()),
+            (Some(s), _) => Bound::Excluded(s.clone()),
+            (None, Some(nk)) => Bound::Included(nk.clone()),
+            (None, None) => Bound::Unbounded,
+        };
+        let current = map.range((lower.clone(), Bound::Unbounded));
+        let past = overrides.range((lower, Bound::Unbounded));
+        let merged = MergeAt {
+            current: current.peekable(),
+            past: past.peekable(),
+        };
+
+        let count_remaining = !filter.has_selectors();
+        let mut items = Vec::new();
+        let mut more = false;
+        let mut remaining = 0u64;
+        for rec in merged {
+            if let Some(ns) = ns
+                && *rec.key.namespace != *ns
+            {
+                break;
+            }
+            if !filter.matches(&rec) {
+                continue;
+            }
+            if limit.is_some_and(|l| items.len() >= l) {
+                more = true;
+                if !count_remaining {
+                    break;
+                }
+                remaining += 1;
+                continue;
+            }
+            items.push(rec);
+        }
+        let continue_token = if more {
+            items.last().map(|last| {
+                ContinueToken {
+                    rv: read_rv,
+                    start_after: last.key.clone(),
+                }
+                .encode()
+            })
+        } else {
+            None
+        };
+        Ok(ListPage {
+            items,
+            rv: read_rv,
+            remaining: (more && count_remaining).then_some(remaining),
+            continue_token,
+        })
+    }
+
+    /// Register a watcher atomically with reading its starting point, so no event is lost or doubled.
+    pub fn register_watch(
+        &self,
+        res: usize,
+        namespace: Option<&str>,
+        start: WatchStart,
+    ) -> Result<WatchRegistration, WatchRegisterError> {
+        let mut inner = self.inner.lock();
+        let current = inner.rv;
+        let mut initial = Vec::new();
+        let mut replay = Vec::new();
+        match start {
+            WatchStart::InitialState => {
+                if let Some(map) = inner.objects.get(res) {
+                    match namespace {
+                        Some(ns) => initial.extend(
+                            map.range(ObjKey::new(ns, "")..)
+                                .take_while(|(k, _)| *k.namespace == *ns)
+                                .map(|(_, v)| v.clone()),
+                        ),
+                        None => initial.extend(map.values().cloned()),
+                    }
+                }
+            }
+            WatchStart::Now => {}
+            WatchStart::After(rv) => {
+                if rv > current {
+                    return Err(WatchRegisterError::TooLarge { current });
+                }
+                let events = inner.history.since(rv).map_err(WatchRegisterError::TooOld)?;
+                replay.extend(
+                    events
+                        .filter(|e| e.resource == res)
+                        .filter(|e| namespace.is_none_or(|ns| *e.object.key.namespace == *ns))
+                        .cloned(),
+                );
+            }
+        }
+        let (tx, rx) = mpsc::channel(self.watch_buffer);
+        let shared = Arc::new(WatcherShared::default());
+        let id = self.next_watcher.fetch_add(1, Ordering::Relaxed);
+        if let Some(w) = inner.watchers.get_mut(res) {
+            w.push(WatcherEntry {
+                id,
+                namespace: namespace.map(Arc::from),
+                tx,
+                shared: shared.clone(),
+            });
+        }
+        Ok(WatchRegistration {
+            id,
+            initial,
+            replay,
+            start_rv: current,
+            rx,
+            shared,
+        })
+    }
+
+    /// Remove a watcher (its stream ended).
+    pub fn unregister_watch(&self, res: usize, id: u64) {
+        let mut inner = self.inner.lock();
+        if let Some(w) = inner.watchers.get_mut(res) {
+            w.retain(|e| e.id != id);
+        }
+    }
+
+    /// Drop every watcher registration (their streams then end).
+    pub fn drop_all_watchers(&self) {
+        let mut inner = self.inner.lock();
+        for w in inner.watchers.iter_mut() {
+            w.clear();
+        }
+    }
+}
+
+/// Merge of the current objects with the state a past RV had for changed keys.
+struct MergeAt<'a, C, P>
+where
+    C: Iterator<Item = (&'a ObjKey, &'a Arc<ObjectRecord>)>,
+    P: Iterator<Item = (&'a ObjKey, &'a Option<Arc<ObjectRecord>>)>,
+{
+    current: std::iter::Peekable<C>,
+    past: std::iter::Peekable<P>,
+}
+
+impl<'a, C, P> Iterator for MergeAt<'a, C, P>
+where
+    C: Iterator<Item = (&'a ObjKey, &'a Arc<ObjectRecord>)>,
+    P: Iterator<Item = (&'a ObjKey, &'a Option<Arc<ObjectRecord>>)>,
+{
+    type Item = Arc<ObjectRecord>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            let take_past = match (self.current.peek(), self.past.peek()) {
+                (None, None) => return None,
+                (Some(_), None) => false,
+                (None, Some(_)) => true,
+                (Some((ck, _)), Some((pk, _))) => {
+                    if pk <= ck {
+                        if pk == ck {
+                            self.current.next();
+                        }
+                        true
+                    } else {
+                        false
+                    }
+                }
+            };
+            if take_past {
+                if let Some((_, Some(rec))) = self.past.next() {
+                    return Some(rec.clone());
+                }
+                // The key did not exist at that RV: skip it.
+            } else if let Some((_, rec)) = self.current.next() {
+                return Some(rec.clone());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn store(history: usize) -> (Store, usize) {
+        let s = Store::new(Registry::new(ResourceType::defaults()), history, 16);
+        let res = s.resolve("", "configmaps").unwrap();
+        (s, res)
+    }
+
+    fn cm(name: &str, app: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": {"app": app}}, "data": {"k": name}})
+    }
+
+    fn all() -> ObjectFilter {
+        ObjectFilter::default()
+    }
+
+    #[test]
+    fn rv_strictly_increases_and_updates_conflict() {
+        let (s, res) = store(100);
+        let a = s.create(res, Some("ns"), cm("a", "x"), false).unwrap();
+        let b = s.create(res, Some("ns"), cm("b", "x"), false).unwrap();
+        assert!(b.rv > a.rv);
+        assert_eq!(s.current_rv(), b.rv);
+        let mut stale = cm("a", "y");
+        stale["metadata"]["resourceVersion"] = json!("1");
+        let e = s.update(res, Some("ns"), Some("a"), stale, false).unwrap_err();
+        assert_eq!(e.reason, Reason::Conflict);
+        let e = s.create(res, Some("ns"), cm("a", "x"), false).unwrap_err();
+        assert_eq!(e.reason, Reason::AlreadyExists);
+        // a no-op update writes nothing
+        let before = s.current_rv();
+        let same = s.update(res, Some("ns"), Some("a"), a.to_value(), false).unwrap();
+        assert_eq!(same.rv, a.rv);
+        assert_eq!(s.current_rv(), before);
+    }
+
+    #[test]
+    fn pagination_is_consistent_at_the_first_page_rv() {
+        let (s, res) = store(100);
+        for i in 0..5 {
+            s.create(res, Some("ns"), cm(&format!("c{i}"), "x"), false).unwrap();
+        }
+        let p1 = s.list(res, &all(), None, Some(2), None).unwrap();
+        assert_eq!(p1.items.len(), 2);
+        assert_eq!(p1.remaining, Some(3));
+        let tok = ContinueToken::decode(p1.continue_token.as_deref().unwrap()).unwrap();
+        // changes after the first page are invisible to later pages
+        s.delete(res, &ObjKey::new("ns", "c3"), &DeletePreconditions::default(), false)
+            .unwrap();
+        s.create(res, Some("ns"), cm("c9", "x"), false).unwrap();
+        s.update(res, Some("ns"), Some("c2"), cm("c2", "changed"), false)
+            .unwrap();
+        let p2 = s
+            .list(res, &all(), Some(tok.rv), Some(10), Some(&tok.start_after))
+            .unwrap();
+        let names: Vec<&str> = p2.items.iter().map(|r| &*r.key.name).collect();
+        assert_eq!(names, vec!["c2", "c3", "c4"]);
+        assert_eq!(p2.items[0].labels["app"], "x");
+        assert!(p2.continue_token.is_none());
+    }
+
+    #[test]
+    fn exact_list_older_than_history_is_expired() {
+        let (s, res) = store(2);
+        for i in 0..5 {
+            s.create(res, Some("ns"), cm(&format!("c{i}"), "x"), false).unwrap();
+        }
+        let e = s.list(res, &all(), Some(2), None, None).unwrap_err();
+        assert_eq!(e.code, 410);
+        let now = s.current_rv();
+        let ok = s.list(res, &all(), Some(now - 1), None, None).unwrap();
+        assert_eq!(ok.items.len(), 4);
+        let e = s.list(res, &all(), Some(now + 5), None, None).unwrap_err();
+        assert_eq!(e.code, 504);
+    }
+
+    #[test]
+    fn namespace_scoped_list_and_selectors() {
+        let (s, res) = store(100);
+        s.create(res, Some("a"), cm("x", "web"), false).unwrap();
+        s.create(res, Some("b"), cm("x", "db"), false).unwrap();
+        s.create(res, Some("b"), cm("y", "web"), false).unwrap();
+        let f = ObjectFilter {
+            namespace: Some("b".into()),
+            ..Default::default()
+        };
+        assert_eq!(s.list(res, &f, None, None, None).unwrap().items.len(), 2);
+        let f = ObjectFilter {
+            labels: crate::selector::LabelSelector::parse("app=web").unwrap(),
+            ..Default::default()
+        };
+        let p = s.list(res, &f, None, Some(1), None).unwrap();
+        assert_eq!(p.items.len(), 1);
+        assert!(p.continue_token.is_some());
+        assert_eq!(p.remaining, None);
+    }
+
+    #[test]
+    fn slow_watcher_is_dropped_without_blocking_writers() {
+        let (s, res) = store(1000);
+        let reg = s.register_watch(res, None, WatchStart::Now).unwrap();
+        for i in 0..40 {
+            s.create(res, Some("ns"), cm(&format!("c{i}"), "x"), false).unwrap();
+        }
+        assert!(reg.shared.overflowed.load(Ordering::SeqCst));
+        assert_eq!(s.watcher_count(), 0);
+    }
+
+    #[test]
+    fn watch_replay_and_too_old() {
+        let (s, res) = store(3);
+        let start = s.current_rv();
+        s.create(res, Some("ns"), cm("a", "x"), false).unwrap();
+        let reg = s.register_watch(res, None, WatchStart::After(start)).unwrap();
+        assert_eq!(reg.replay.len(), 1);
+        for i in 0..5 {
+            s.create(res, Some("ns"), cm(&format!("c{i}"), "x"), false).unwrap();
+        }
+        assert!(matches!(
+            s.register_watch(res, None, WatchStart::After(start)),
+            Err(WatchRegisterError::TooOld(_))
+        ));
+    }
+}
