@@ -1,7 +1,53 @@
 //! kinformer: an actor-based Kubernetes informer engine.
 //!
-//! The engine lives in [`kinformer_actors`]; this crate is what users import.
+//! A service builds an [`Informer`] for any `kube::Resource` from a
+//! `kube::Api<K>`, subscribes its own actix actor with
+//! [`Informer::subscribe`], and from then on receives every add, update and
+//! delete as an [`Event`], plus resync replays at the period *it* chose.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use actix::prelude::*;
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//! use kinformer::{Event, Informer, SubscribeOptions};
+//!
+//! struct Printer;
+//! impl Actor for Printer { type Context = Context<Self>; }
+//! impl Handler<Event<ConfigMap>> for Printer {
+//!     type Result = ();
+//!     fn handle(&mut self, event: Event<ConfigMap>, _: &mut Context<Self>) {
+//!         println!("{:?} {}", event.cause(), event.key());
+//!     }
+//! }
+//!
+//! #[actix::main]
+//! async fn main() -> anyhow::Result<()> {
+//!     let client = kube::Client::try_default().await?;
+//!     let informer = Informer::builder(kube::Api::<ConfigMap>::all(client)).start()?;
+//!     let printer = Printer.start();
+//!     let options = SubscribeOptions::default().resync(Duration::from_secs(30));
+//!     let _subscription = informer.subscribe(printer.recipient(), options).await?;
+//!     informer.wait_for_sync(Duration::from_secs(60)).await?;
+//!     tokio::signal::ctrl_c().await?;
+//!     informer.stop().await;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! Actors must be started inside an actix system (`#[actix::main]`,
+//! `actix::System`) or, in a `#[tokio::main]` service, inside a
+//! `tokio::task::LocalSet`; see `examples/`.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod informer;
+mod store;
+mod subscription;
+
+pub use informer::{Informer, InformerBuilder, InformerError, InformerStats};
 pub use kinformer_actors as actors;
+pub use kinformer_actors::indexer::{CacheError, IndexFn};
+pub use kinformer_actors::listener::OverflowPolicy;
+pub use kinformer_actors::{Cause, DeletedObject, Event, ObjectKey, Tombstone};
+pub use store::Store;
+pub use subscription::{SubscribeOptions, Subscription};

@@ -45,7 +45,11 @@ fn history() -> Vec<Event<ConfigMap>> {
     let mut version = 0u64;
     let mut events = Vec::with_capacity(EVENTS);
     while events.len() < EVENTS {
-        let i = if events.len() < KEYS { events.len() } else { rng.random_range(0..KEYS) };
+        let i = if events.len() < KEYS {
+            events.len()
+        } else {
+            rng.random_range(0..KEYS)
+        };
         let (key, name) = &keys[i];
         version += 1;
         let roll = rng.random_range(0..100);
@@ -53,19 +57,35 @@ fn history() -> Vec<Event<ConfigMap>> {
             None => {
                 let new = object(name, version);
                 state[i] = Some(new.clone());
-                Event::Added { key: key.clone(), object: new, cause: Cause::Watch }
+                Event::Added {
+                    key: key.clone(),
+                    object: new,
+                    cause: Cause::Watch,
+                }
             }
-            Some(old) if roll < 5 => {
-                Event::Deleted { key: key.clone(), object: DeletedObject::Final(old), cause: Cause::Watch }
-            }
+            Some(old) if roll < 5 => Event::Deleted {
+                key: key.clone(),
+                object: DeletedObject::Final(old),
+                cause: Cause::Watch,
+            },
             Some(old) if roll < 10 => {
                 state[i] = Some(old.clone());
-                Event::Updated { key: key.clone(), old: old.clone(), new: old, cause: Cause::Resync }
+                Event::Updated {
+                    key: key.clone(),
+                    old: old.clone(),
+                    new: old,
+                    cause: Cause::Resync,
+                }
             }
             Some(old) => {
                 let new = object(name, version);
                 state[i] = Some(new.clone());
-                Event::Updated { key: key.clone(), old, new, cause: Cause::Watch }
+                Event::Updated {
+                    key: key.clone(),
+                    old,
+                    new,
+                    cause: Cause::Watch,
+                }
             }
         };
         events.push(event);

@@ -18,3 +18,16 @@ pub mod indexer;
 pub mod listener;
 pub mod reflector;
 pub mod resync;
+
+/// What an informer can watch and cache: a Kubernetes object that decodes
+/// from JSON and can be shared across threads (typed k8s-openapi objects,
+/// `DynamicObject`, custom resources).
+pub trait Object:
+    kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static
+{
+}
+
+impl<T> Object for T where
+    T: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static
+{
+}

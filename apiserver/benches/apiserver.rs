@@ -1,2 +1,2 @@
-//! Placeholder (the API server helper replaces this).
+//! Placeholder; replaced by the real benchmark.
 fn main() {}

@@ -1,1 +1,48 @@
-//! apiserver
+//! An embedded Kubernetes-compatible API server for tests, demos and benchmarks.
+//!
+//! It speaks the real HTTP/1.1 JSON wire protocol (discovery, list/get/create/update/patch/
+//! delete/deletecollection, watch with bookmarks and streaming lists, `Status` errors), so
+//! kube-client, kube-runtime's `watcher()` and `kubectl` work against it unchanged. Objects are
+//! kept as pre-serialised JSON and shared between the object map, a bounded history ring
+//! and every watcher, so large lists and many watchers stay cheap.
+//!
+//! ```no_run
+//! use kinformer_apiserver::{ApiServer, ServerConfig};
+//! let server = ApiServer::start_in_thread(ServerConfig::default()).unwrap();
+//! server.seed_configmaps("default", 1000).unwrap();
+//! println!("kubectl --server {} get configmaps -A", server.url());
+//! server.shutdown();
+//! ```
+//!
+//! Fault injection is available from Rust ([`ServerHandle::faults`]) and over HTTP:
+//! `POST /admin/faults/{name}` with a JSON body, `GET /admin/faults` for the current state.
+//! Names: `close-watches`, `close-watches-after` (`{"events": N}` or `{"events": null}`),
+//! `compact`, `fail-next` (`{"verb": "list", "count": 2, "failure": "too-many-requests"|"internal",
+//! "retryAfterSeconds": 1}`), `latency` (`{"millis": 200}`), `stall-watches` (`{"enabled": true}`),
+//! `malformed-line`, `suppress-bookmarks` (`{"enabled": true}`), `clear`.
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod config;
+pub mod encode;
+pub mod faults;
+pub mod handle;
+pub mod history;
+pub mod load;
+pub mod object;
+pub mod patch;
+pub mod query;
+pub mod resource;
+pub mod selector;
+pub mod server;
+pub mod status;
+pub mod store;
+pub mod table;
+pub mod watch;
+
+pub use config::ServerConfig;
+pub use faults::{Failure, Faults, Verb, WatchFaultState};
+pub use handle::{ApiServer, ServerError, ServerHandle};
+pub use load::{ChurnHandle, ChurnSpec, ChurnStats};
+pub use resource::ResourceType;
+pub use status::{ApiError, Reason};

@@ -210,23 +210,27 @@ impl Parser {
             other => return Err(SelectorError(format!("found '{other:?}', expected: '('"))),
         }
         let mut values = Vec::new();
-        loop {
-            match self.peek() {
-                Some(Token::Close) => {
-                    self.pos += 1;
-                    break;
-                }
-                Some(Token::Comma) => {
-                    self.pos += 1;
-                    if matches!(self.peek(), Some(Token::Comma) | Some(Token::Close)) {
-                        values.push(String::new());
+        if self.peek() == Some(&Token::Close) {
+            self.pos += 1;
+        } else {
+            loop {
+                match self.peek() {
+                    Some(Token::Ident(_)) => values.push(self.value()?),
+                    Some(Token::Comma) | Some(Token::Close) => values.push(String::new()),
+                    other => {
+                        return Err(SelectorError(format!(
+                            "found '{other:?}', expected: ',', ')' or identifier"
+                        )));
                     }
                 }
-                Some(Token::Ident(_)) => values.push(self.value()?),
-                other => {
-                    return Err(SelectorError(format!(
-                        "found '{other:?}', expected: ',', ')' or identifier"
-                    )));
+                match self.next() {
+                    Some(Token::Comma) => continue,
+                    Some(Token::Close) => break,
+                    other => {
+                        return Err(SelectorError(format!(
+                            "found '{other:?}', expected: ',' or ')'"
+                        )));
+                    }
                 }
             }
         }

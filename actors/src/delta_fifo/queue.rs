@@ -1319,7 +1319,7 @@ mod properties {
                 let mut q: DeltaQueue<ConfigMap> = DeltaQueue::new(DeltaQueueOptions::default());
                 let (mut next_a, mut next_b) = (0u64, 0u64);
                 let mut popped: Vec<(String, u64)> = Vec::new();
-                let mut pop = |q: &mut DeltaQueue<ConfigMap>, n: usize, popped: &mut Vec<(String, u64)>| {
+                let pop = |q: &mut DeltaQueue<ConfigMap>, n: usize, popped: &mut Vec<(String, u64)>| {
                     for p in q.pop_batch(n) {
                         let obj = p.deltas.last().and_then(|d| d.object()).expect("an object");
                         popped.push((p.key.as_str()[..1].to_owned(), version(obj)));

@@ -93,7 +93,11 @@ impl<K> fmt::Debug for QueueFull<K> {
 
 impl<K> fmt::Display for QueueFull<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "listener queue is full; notification for {} handed back", self.0.key())
+        write!(
+            f,
+            "listener queue is full; notification for {} handed back",
+            self.0.key()
+        )
     }
 }
 
@@ -142,7 +146,12 @@ impl<K> ListenerQueue<K> {
             OverflowPolicy::Block => Inner::Block(BlockQueue::with_capacity(prealloc)),
             OverflowPolicy::Coalesce => Inner::Coalesce(CoalesceQueue::with_capacity(prealloc)),
         };
-        ListenerQueue { policy, capacity, coalesced: 0, inner }
+        ListenerQueue {
+            policy,
+            capacity,
+            coalesced: 0,
+            inner,
+        }
     }
 
     /// Queues a notification. Only a full `Block` queue refuses, handing the
@@ -159,7 +168,9 @@ impl<K> ListenerQueue<K> {
             Inner::Coalesce(q) => {
                 let merged = q.push(event);
                 self.coalesced += merged.coalesced;
-                Ok(Pushed { dropped_initial: merged.dropped_initial })
+                Ok(Pushed {
+                    dropped_initial: merged.dropped_initial,
+                })
             }
         }
     }
@@ -234,7 +245,10 @@ struct BlockQueue<K> {
 
 impl<K> BlockQueue<K> {
     fn with_capacity(n: usize) -> Self {
-        BlockQueue { events: VecDeque::with_capacity(n), per_key: HashMap::with_capacity(n) }
+        BlockQueue {
+            events: VecDeque::with_capacity(n),
+            per_key: HashMap::with_capacity(n),
+        }
     }
 
     fn len(&self) -> usize {
@@ -264,18 +278,14 @@ impl<K> BlockQueue<K> {
 }
 
 /// What one key holds in a `Coalesce` queue.
+#[derive(Default)]
 enum Slot<K> {
     /// Transient, only while a merge runs (or when a merge annihilated everything).
+    #[default]
     Empty,
     One(Event<K>),
     /// Only ever `[Deleted, Added]`: the old object is gone, a new one exists.
     Two(Event<K>, Event<K>),
-}
-
-impl<K> Default for Slot<K> {
-    fn default() -> Self {
-        Slot::Empty
-    }
 }
 
 impl<K> Slot<K> {
@@ -330,9 +340,15 @@ impl<K> CoalesceQueue<K> {
                 let seq = self.next_seq;
                 self.next_seq += 1;
                 self.order.push_back((v.key().clone(), seq));
-                v.insert(Pending { seq, slot: Slot::One(event) });
+                v.insert(Pending {
+                    seq,
+                    slot: Slot::One(event),
+                });
                 self.len += 1;
-                Merged { coalesced: 0, dropped_initial: 0 }
+                Merged {
+                    coalesced: 0,
+                    dropped_initial: 0,
+                }
             }
             Entry::Occupied(mut o) => {
                 let pending = mem::take(&mut o.get_mut().slot);
@@ -347,7 +363,10 @@ impl<K> CoalesceQueue<K> {
                 } else {
                     o.get_mut().slot = slot;
                 }
-                Merged { coalesced: (before + 1 - after) as u64, dropped_initial }
+                Merged {
+                    coalesced: (before + 1 - after) as u64,
+                    dropped_initial,
+                }
             }
         }
     }
@@ -388,7 +407,8 @@ impl<K> CoalesceQueue<K> {
     fn compact_if_needed(&mut self) {
         if self.stale > COMPACT_MIN_STALE && self.stale > self.slots.len() {
             let slots = &self.slots;
-            self.order.retain(|(key, seq)| slots.get(key).is_some_and(|p| p.seq == *seq));
+            self.order
+                .retain(|(key, seq)| slots.get(key).is_some_and(|p| p.seq == *seq));
             self.stale = 0;
         }
     }
@@ -404,7 +424,11 @@ impl<K> CoalesceQueue<K> {
 /// The cause of two merged updates: a real change merged with a resync stays
 /// a real change.
 fn merge_cause(pending: Cause, new: Cause) -> Cause {
-    if new == Cause::Resync && pending != Cause::Resync { pending } else { new }
+    if new == Cause::Resync && pending != Cause::Resync {
+        pending
+    } else {
+        new
+    }
 }
 
 /// 1 when `event` is an initial-list `Added`, else 0.
@@ -426,9 +450,22 @@ fn merge<K>(pending: Slot<K>, new: Event<K>) -> (Slot<K>, usize) {
         (Slot::One(added @ Added { .. }), Deleted { .. }) => (Slot::Empty, initial(&added)),
         // Updated + Updated → the first old, the last new.
         (
-            Slot::One(Updated { key, old, cause: c1, .. }),
+            Slot::One(Updated {
+                key,
+                old,
+                cause: c1,
+                ..
+            }),
             Updated { new, cause: c2, .. },
-        ) => (Slot::One(Updated { key, old, new, cause: merge_cause(c1, c2) }), 0),
+        ) => (
+            Slot::One(Updated {
+                key,
+                old,
+                new,
+                cause: merge_cause(c1, c2),
+            }),
+            0,
+        ),
         // Updated + Deleted → Deleted.
         (Slot::One(Updated { .. }), deleted @ Deleted { .. }) => (Slot::One(deleted), 0),
         // Deleted + Added → both: a new object under the same key.
@@ -459,9 +496,25 @@ fn merge<K>(pending: Slot<K>, new: Event<K>) -> (Slot<K>, usize) {
 
 /// The surviving delete of two (DF-4): a final state beats a newer tombstone.
 fn prefer_delete<K>(older: Event<K>, newer: Event<K>) -> Event<K> {
-    let older_final = matches!(older, Event::Deleted { object: DeletedObject::Final(_), .. });
-    let newer_tombstone = matches!(newer, Event::Deleted { object: DeletedObject::Unknown(_), .. });
-    if older_final && newer_tombstone { older } else { newer }
+    let older_final = matches!(
+        older,
+        Event::Deleted {
+            object: DeletedObject::Final(_),
+            ..
+        }
+    );
+    let newer_tombstone = matches!(
+        newer,
+        Event::Deleted {
+            object: DeletedObject::Unknown(_),
+            ..
+        }
+    );
+    if older_final && newer_tombstone {
+        older
+    } else {
+        newer
+    }
 }
 
 fn impossible<K>(last: &Event<K>, new: &Event<K>) {
@@ -508,11 +561,20 @@ mod tests {
     }
 
     fn added(name: &str, rv: &str, cause: Cause) -> Event<ConfigMap> {
-        Event::Added { key: key(name), object: cm(name, rv), cause }
+        Event::Added {
+            key: key(name),
+            object: cm(name, rv),
+            cause,
+        }
     }
 
     fn updated(name: &str, old: &str, new: &str, cause: Cause) -> Event<ConfigMap> {
-        Event::Updated { key: key(name), old: cm(name, old), new: cm(name, new), cause }
+        Event::Updated {
+            key: key(name),
+            old: cm(name, old),
+            new: cm(name, new),
+            cause,
+        }
     }
 
     fn deleted(name: &str, rv: &str) -> Event<ConfigMap> {
@@ -543,13 +605,23 @@ mod tests {
         let name = e.key().name();
         match e {
             Event::Added { object, cause, .. } => format!("A {name} {} {cause:?}", rv(object)),
-            Event::Updated { old, new, cause, .. } => {
+            Event::Updated {
+                old, new, cause, ..
+            } => {
                 format!("U {name} {}->{} {cause:?}", rv(old), rv(new))
             }
-            Event::Deleted { object: DeletedObject::Final(o), cause, .. } => {
+            Event::Deleted {
+                object: DeletedObject::Final(o),
+                cause,
+                ..
+            } => {
                 format!("D {name} final {} {cause:?}", rv(o))
             }
-            Event::Deleted { object: DeletedObject::Unknown(t), cause, .. } => {
+            Event::Deleted {
+                object: DeletedObject::Unknown(t),
+                cause,
+                ..
+            } => {
                 let last = t.last_known.as_deref().map_or("-", rv);
                 format!("D {name} tomb {last} {cause:?}")
             }
@@ -557,7 +629,9 @@ mod tests {
     }
 
     fn drain(q: &mut ListenerQueue<ConfigMap>) -> Vec<String> {
-        std::iter::from_fn(|| q.pop()).map(|e| describe(&e)).collect()
+        std::iter::from_fn(|| q.pop())
+            .map(|e| describe(&e))
+            .collect()
     }
 
     /// Pushes every event into a fresh Coalesce queue; returns the queue and
@@ -575,10 +649,17 @@ mod tests {
 
     #[test]
     fn row_empty_plus_x_is_x() {
-        for e in [added("a", "1", Watch), updated("a", "1", "2", Resync), tombstone("a", "3")] {
+        for e in [
+            added("a", "1", Watch),
+            updated("a", "1", "2", Resync),
+            tombstone("a", "3"),
+        ] {
             let want = describe(&e);
             let (mut q, dropped) = coalesce(vec![e]);
-            assert_eq!((q.len(), q.pending_keys(), dropped, q.coalesced()), (1, 1, 0, 0));
+            assert_eq!(
+                (q.len(), q.pending_keys(), dropped, q.coalesced()),
+                (1, 1, 0, 0)
+            );
             assert_eq!(drain(&mut q), vec![want]);
             assert!(q.is_empty());
         }
@@ -586,21 +667,33 @@ mod tests {
 
     #[test]
     fn row_added_plus_updated_is_added_with_new_state_and_add_cause() {
-        let (mut q, dropped) =
-            coalesce(vec![added("a", "1", Initial), updated("a", "1", "2", Watch)]);
+        let (mut q, dropped) = coalesce(vec![
+            added("a", "1", Initial),
+            updated("a", "1", "2", Watch),
+        ]);
         assert_eq!((q.len(), dropped, q.coalesced()), (1, 0, 1));
         assert_eq!(drain(&mut q), vec!["A a 2 Initial"]);
-        let (mut q, _) = coalesce(vec![added("a", "1", Relist), updated("a", "1", "1", Resync)]);
+        let (mut q, _) = coalesce(vec![
+            added("a", "1", Relist),
+            updated("a", "1", "1", Resync),
+        ]);
         assert_eq!(drain(&mut q), vec!["A a 1 Relist"]);
     }
 
     #[test]
     fn row_added_plus_deleted_is_nothing() {
         let (mut q, dropped) = coalesce(vec![added("a", "1", Watch), deleted("a", "2")]);
-        assert_eq!((q.len(), q.pending_keys(), dropped, q.coalesced()), (0, 0, 0, 2));
+        assert_eq!(
+            (q.len(), q.pending_keys(), dropped, q.coalesced()),
+            (0, 0, 0, 2)
+        );
         assert!(drain(&mut q).is_empty());
         let (mut q, dropped) = coalesce(vec![added("a", "1", Initial), tombstone("a", "1")]);
-        assert_eq!((q.len(), dropped), (0, 1), "an initial add merged away is reported");
+        assert_eq!(
+            (q.len(), dropped),
+            (0, 1),
+            "an initial add merged away is reported"
+        );
         assert!(drain(&mut q).is_empty());
     }
 
@@ -619,7 +712,11 @@ mod tests {
         for (c1, c2, want) in cases {
             let (mut q, _) = coalesce(vec![updated("a", "1", "2", c1), updated("a", "2", "3", c2)]);
             assert_eq!(q.coalesced(), 1);
-            assert_eq!(drain(&mut q), vec![format!("U a 1->3 {want}")], "{c1:?} + {c2:?}");
+            assert_eq!(
+                drain(&mut q),
+                vec![format!("U a 1->3 {want}")],
+                "{c1:?} + {c2:?}"
+            );
         }
         // Three in a row: still the first old.
         let (mut q, _) = coalesce(vec![
@@ -658,12 +755,18 @@ mod tests {
 
     #[test]
     fn row_deleted_added_plus_deleted_is_the_newer_delete() {
-        let (mut q, dropped) =
-            coalesce(vec![deleted("a", "1"), added("a", "5", Watch), tombstone("a", "5")]);
+        let (mut q, dropped) = coalesce(vec![
+            deleted("a", "1"),
+            added("a", "5", Watch),
+            tombstone("a", "5"),
+        ]);
         assert_eq!((q.len(), dropped, q.coalesced()), (1, 0, 2));
         assert_eq!(drain(&mut q), vec!["D a tomb 5 Relist"]);
-        let (mut q, dropped) =
-            coalesce(vec![tombstone("a", "1"), added("a", "5", Initial), deleted("a", "6")]);
+        let (mut q, dropped) = coalesce(vec![
+            tombstone("a", "1"),
+            added("a", "5", Initial),
+            deleted("a", "6"),
+        ]);
         assert_eq!(dropped, 1);
         assert_eq!(drain(&mut q), vec!["D a final 6 Watch"]);
     }
@@ -674,7 +777,11 @@ mod tests {
             (deleted("a", "1"), deleted("a", "2"), "D a final 2 Watch"),
             (deleted("a", "1"), tombstone("a", "2"), "D a final 1 Watch"),
             (tombstone("a", "1"), deleted("a", "2"), "D a final 2 Watch"),
-            (tombstone("a", "1"), tombstone("a", "2"), "D a tomb 2 Relist"),
+            (
+                tombstone("a", "1"),
+                tombstone("a", "2"),
+                "D a tomb 2 Relist",
+            ),
         ];
         for (d, d2, want) in cases {
             let (mut q, _) = coalesce(vec![d, d2]);
@@ -685,13 +792,34 @@ mod tests {
 
     #[test]
     fn row_impossible_keeps_the_newer_never_panics() {
-        let cases: Vec<(Vec<Event<ConfigMap>>, Vec<&str>, usize)> = vec![
-            (vec![added("a", "1", Watch), added("a", "2", Relist)], vec!["A a 2 Relist"], 0),
-            (vec![added("a", "1", Initial), added("a", "2", Watch)], vec!["A a 2 Watch"], 1),
-            (vec![updated("a", "1", "2", Watch), added("a", "3", Watch)], vec!["A a 3 Watch"], 0),
-            (vec![deleted("a", "1"), updated("a", "1", "2", Watch)], vec!["U a 1->2 Watch"], 0),
+        type Case = (Vec<Event<ConfigMap>>, Vec<&'static str>, usize);
+        let cases: Vec<Case> = vec![
             (
-                vec![deleted("a", "1"), added("a", "2", Initial), added("a", "3", Watch)],
+                vec![added("a", "1", Watch), added("a", "2", Relist)],
+                vec!["A a 2 Relist"],
+                0,
+            ),
+            (
+                vec![added("a", "1", Initial), added("a", "2", Watch)],
+                vec!["A a 2 Watch"],
+                1,
+            ),
+            (
+                vec![updated("a", "1", "2", Watch), added("a", "3", Watch)],
+                vec!["A a 3 Watch"],
+                0,
+            ),
+            (
+                vec![deleted("a", "1"), updated("a", "1", "2", Watch)],
+                vec!["U a 1->2 Watch"],
+                0,
+            ),
+            (
+                vec![
+                    deleted("a", "1"),
+                    added("a", "2", Initial),
+                    added("a", "3", Watch),
+                ],
                 vec!["D a final 1 Watch", "A a 3 Watch"],
                 1,
             ),
@@ -715,9 +843,18 @@ mod tests {
             added("d", "1", Watch),
         ]);
         assert_eq!((q.len(), q.pending_keys()), (5, 4));
-        assert_eq!(q.pop().map(|e| describe(&e)).as_deref(), Some("A a 2 Watch"));
-        assert_eq!(q.pop().map(|e| describe(&e)).as_deref(), Some("A b 2 Watch"));
-        assert_eq!(q.pop().map(|e| describe(&e)).as_deref(), Some("D c final 1 Watch"));
+        assert_eq!(
+            q.pop().map(|e| describe(&e)).as_deref(),
+            Some("A a 2 Watch")
+        );
+        assert_eq!(
+            q.pop().map(|e| describe(&e)).as_deref(),
+            Some("A b 2 Watch")
+        );
+        assert_eq!(
+            q.pop().map(|e| describe(&e)).as_deref(),
+            Some("D c final 1 Watch")
+        );
         // c's second notification keeps c's place, ahead of d.
         q.push(updated("d", "1", "2", Watch)).unwrap();
         assert_eq!(drain(&mut q), vec!["A c 2 Watch", "A d 2 Watch"]);
@@ -740,7 +877,11 @@ mod tests {
         q.push(updated("a", "1", "2", Watch)).unwrap();
         assert_eq!(drain(&mut q), vec!["U a 1->2 Watch"]);
         q.push(updated("a", "2", "3", Watch)).unwrap();
-        assert_eq!(drain(&mut q), vec!["U a 2->3 Watch"], "nothing merges with a delivered event");
+        assert_eq!(
+            drain(&mut q),
+            vec!["U a 2->3 Watch"],
+            "nothing merges with a delivered event"
+        );
     }
 
     #[test]
@@ -748,7 +889,8 @@ mod tests {
         let mut q = ListenerQueue::new(OverflowPolicy::Coalesce, 1);
         for i in 0..1000 {
             let name = format!("k{}", i % 10);
-            q.push(updated(&name, &i.to_string(), &(i + 1).to_string(), Watch)).unwrap();
+            q.push(updated(&name, &i.to_string(), &(i + 1).to_string(), Watch))
+                .unwrap();
             assert!(!q.is_full());
         }
         assert_eq!((q.len(), q.pending_keys(), q.coalesced()), (10, 10, 990));
@@ -764,8 +906,14 @@ mod tests {
             let name = format!("gone{i}");
             q.push(added(&name, "1", Watch)).unwrap();
             q.push(deleted(&name, "2")).unwrap();
-            let Inner::Coalesce(c) = &q.inner else { unreachable!() };
-            assert!(c.order.len() <= 2 * COMPACT_MIN_STALE + 2, "order grew to {}", c.order.len());
+            let Inner::Coalesce(c) = &q.inner else {
+                unreachable!()
+            };
+            assert!(
+                c.order.len() <= 2 * COMPACT_MIN_STALE + 2,
+                "order grew to {}",
+                c.order.len()
+            );
         }
         for _ in 0..3 {
             q.push(added("gone7", "3", Watch)).unwrap();
@@ -786,14 +934,24 @@ mod tests {
         assert!(q.is_full());
         assert_eq!((q.len(), q.pending_keys()), (3, 2));
         let refused = q.push(deleted("a", "3")).unwrap_err();
-        assert_eq!(describe(&refused.0), "D a final 3 Watch", "the event is handed back");
+        assert_eq!(
+            describe(&refused.0),
+            "D a final 3 Watch",
+            "the event is handed back"
+        );
         assert!(refused.to_string().contains("ns/a"));
         assert!(format!("{refused:?}").contains("QueueFull"));
-        assert_eq!(q.pop().map(|e| describe(&e)).as_deref(), Some("A a 1 Initial"));
+        assert_eq!(
+            q.pop().map(|e| describe(&e)).as_deref(),
+            Some("A a 1 Initial")
+        );
         assert!(!q.is_full());
         assert_eq!(q.push(refused.into_event()).unwrap(), Pushed::default());
         assert_eq!(q.pending_keys(), 2);
-        assert_eq!(drain(&mut q), vec!["U a 1->2 Watch", "A b 1 Watch", "D a final 3 Watch"]);
+        assert_eq!(
+            drain(&mut q),
+            vec!["U a 1->2 Watch", "A b 1 Watch", "D a final 3 Watch"]
+        );
         assert_eq!((q.len(), q.pending_keys(), q.coalesced()), (0, 0, 0));
     }
 }
@@ -809,10 +967,17 @@ mod block_tests {
 
     fn added(name: &str) -> Event<ConfigMap> {
         let object = Arc::new(ConfigMap {
-            metadata: ObjectMeta { name: Some(name.into()), ..Default::default() },
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
             ..Default::default()
         });
-        Event::Added { key: ObjectKey::new(None, name), object, cause: Cause::Initial }
+        Event::Added {
+            key: ObjectKey::new(None, name),
+            object,
+            cause: Cause::Initial,
+        }
     }
 
     #[test]
@@ -844,7 +1009,11 @@ mod block_tests {
             q.push(added("a")).unwrap();
             let coalesced = q.coalesced();
             q.clear();
-            assert_eq!((q.len(), q.pending_keys(), q.is_empty()), (0, 0, true), "{policy:?}");
+            assert_eq!(
+                (q.len(), q.pending_keys(), q.is_empty()),
+                (0, 0, true),
+                "{policy:?}"
+            );
             assert!(q.pop().is_none());
             assert_eq!(q.coalesced(), coalesced);
             q.push(added("c")).unwrap();
@@ -854,7 +1023,10 @@ mod block_tests {
 
     #[test]
     fn policy_serde_is_lowercase() {
-        assert_eq!(serde_json::to_string(&OverflowPolicy::Coalesce).unwrap(), "\"coalesce\"");
+        assert_eq!(
+            serde_json::to_string(&OverflowPolicy::Coalesce).unwrap(),
+            "\"coalesce\""
+        );
         let p: OverflowPolicy = serde_json::from_str("\"block\"").unwrap();
         assert_eq!(p, OverflowPolicy::Block);
         assert_eq!(OverflowPolicy::default(), OverflowPolicy::Block);
@@ -918,7 +1090,10 @@ mod coalesce_properties {
             Event::Updated { key, old, new, .. } => {
                 let seen = state.insert(key.clone(), rv(new));
                 if seen.as_deref() != Some(rv(old).as_str()) {
-                    return Err(format!("update of {key}: old {} but seen {seen:?}", rv(old)));
+                    return Err(format!(
+                        "update of {key}: old {} but seen {seen:?}",
+                        rv(old)
+                    ));
                 }
             }
             Event::Deleted { key, .. } => {
@@ -958,7 +1133,10 @@ mod coalesce_properties {
         fn push(&mut self, e: Event<ConfigMap>) -> Result<(), TestCaseError> {
             apply(&mut self.exact, &e).map_err(TestCaseError::fail)?;
             self.initial_pushed += usize::from(e.is_initial());
-            let pushed = self.queue.push(e).map_err(|f| TestCaseError::fail(f.to_string()))?;
+            let pushed = self
+                .queue
+                .push(e)
+                .map_err(|f| TestCaseError::fail(f.to_string()))?;
             self.dropped_initial += pushed.dropped_initial;
             prop_assert!(self.queue.len() <= 2 * self.queue.pending_keys());
             prop_assert!(self.queue.pending_keys() <= usize::from(KEYS));
@@ -966,7 +1144,9 @@ mod coalesce_properties {
         }
 
         fn pop(&mut self) -> Result<bool, TestCaseError> {
-            let Some(e) = self.queue.pop() else { return Ok(false) };
+            let Some(e) = self.queue.pop() else {
+                return Ok(false);
+            };
             self.initial_popped += usize::from(e.is_initial());
             apply(&mut self.seen, &e).map_err(TestCaseError::fail)?;
             Ok(true)
@@ -981,8 +1161,17 @@ mod coalesce_properties {
                 (false, false) => Cause::Watch,
             };
             let event = match self.server.insert(key.clone(), new.clone()) {
-                None => Event::Added { key: key.clone(), object: new, cause },
-                Some(old) => Event::Updated { key: key.clone(), old, new, cause },
+                None => Event::Added {
+                    key: key.clone(),
+                    object: new,
+                    cause,
+                },
+                Some(old) => Event::Updated {
+                    key: key.clone(),
+                    old,
+                    new,
+                    cause,
+                },
             };
             self.deleted.remove(&key);
             self.push(event)
@@ -994,12 +1183,17 @@ mod coalesce_properties {
             }
             for op in ops {
                 match *op {
-                    Op::Create(k, relist) | Op::Update(k, relist) => self.upsert(k, relist, false)?,
+                    Op::Create(k, relist) | Op::Update(k, relist) => {
+                        self.upsert(k, relist, false)?
+                    }
                     Op::Delete(k, tomb) => {
                         let key = ObjectKey::new(None, &format!("k{k}"));
                         if let Some(last) = self.server.remove(&key) {
                             let (object, cause) = if tomb {
-                                let t = Tombstone { key: key.clone(), last_known: Some(last) };
+                                let t = Tombstone {
+                                    key: key.clone(),
+                                    last_known: Some(last),
+                                };
                                 (DeletedObject::Unknown(t), Cause::Relist)
                             } else {
                                 (DeletedObject::Final(last), Cause::Watch)
@@ -1009,10 +1203,18 @@ mod coalesce_properties {
                         }
                     }
                     Op::Resync => {
-                        let all: Vec<_> =
-                            self.server.iter().map(|(k, o)| (k.clone(), o.clone())).collect();
+                        let all: Vec<_> = self
+                            .server
+                            .iter()
+                            .map(|(k, o)| (k.clone(), o.clone()))
+                            .collect();
                         for (key, o) in all {
-                            self.push(Event::Updated { key, old: o.clone(), new: o, cause: Cause::Resync })?;
+                            self.push(Event::Updated {
+                                key,
+                                old: o.clone(),
+                                new: o,
+                                cause: Cause::Resync,
+                            })?;
                         }
                     }
                     Op::Pop(n) => {

@@ -66,7 +66,10 @@ impl SyncTracker {
         match n - matched {
             0 => Ok(()),
             extra => {
-                tracing::warn!(extra, "sync tracker finished more initial adds than started");
+                tracing::warn!(
+                    extra,
+                    "sync tracker finished more initial adds than started"
+                );
                 Err(SyncError::NegativeCounter { extra })
             }
         }
@@ -227,7 +230,10 @@ mod tests {
         assert!(!t.has_synced());
         t.finish_many(0).unwrap();
         assert!(!t.has_synced());
-        assert_eq!(t.finish_many(3), Err(SyncError::NegativeCounter { extra: 2 }));
+        assert_eq!(
+            t.finish_many(3),
+            Err(SyncError::NegativeCounter { extra: 2 })
+        );
         assert!(t.has_synced(), "the matched finish still counts");
         assert_eq!(t.pending(), 0);
     }
@@ -238,7 +244,11 @@ mod tests {
         assert!(t.finish().is_err());
         assert!(!t.has_synced());
         t.start();
-        assert_eq!(t.pending(), 1, "the error left the counter at 0, not negative");
+        assert_eq!(
+            t.pending(),
+            1,
+            "the error left the counter at 0, not negative"
+        );
         t.upstream_synced();
         assert!(!t.has_synced());
         t.finish().unwrap();

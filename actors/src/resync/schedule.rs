@@ -59,20 +59,30 @@ impl<Id: Clone + Eq + Hash + Ord> Default for ResyncSchedule<Id> {
 /// The effective period of a requested one: 0 stays 0, anything positive is at
 /// least [`MINIMUM_RESYNC_PERIOD`] (SI-5).
 pub fn effective_resync_period(requested: Duration) -> Duration {
-    if requested.is_zero() { Duration::ZERO } else { requested.max(MINIMUM_RESYNC_PERIOD) }
+    if requested.is_zero() {
+        Duration::ZERO
+    } else {
+        requested.max(MINIMUM_RESYNC_PERIOD)
+    }
 }
 
 impl<Id: Clone + Eq + Hash + Ord> ResyncSchedule<Id> {
     /// An empty schedule.
     pub fn new() -> Self {
-        ResyncSchedule { entries: BTreeMap::new() }
+        ResyncSchedule {
+            entries: BTreeMap::new(),
+        }
     }
 
     /// Adds (or re-schedules) a subscriber; it is first due at `now` plus the
     /// returned effective period (`ZERO`: never).
     pub fn insert(&mut self, id: Id, period: Duration, now: Instant) -> Duration {
         let period = effective_resync_period(period);
-        let next_due = if period.is_zero() { None } else { now.checked_add(period) };
+        let next_due = if period.is_zero() {
+            None
+        } else {
+            now.checked_add(period)
+        };
         if period > Duration::ZERO && next_due.is_none() {
             tracing::debug!(?period, "resync period beyond the clock's range; never due");
         }
@@ -270,7 +280,10 @@ mod tests {
         assert_eq!(sched.insert("a", s(2), base + s(1)), s(2));
         assert_eq!(sched.len(), 1);
         assert_eq!(sched.next_due(&"a"), Some(base + s(3)));
-        assert_eq!(sched.insert("a", Duration::ZERO, base + s(2)), Duration::ZERO);
+        assert_eq!(
+            sched.insert("a", Duration::ZERO, base + s(2)),
+            Duration::ZERO
+        );
         assert_eq!(sched.next_wakeup(), None);
     }
 

@@ -1,0 +1,330 @@
+//! Building, running and stopping an informer.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use actix::prelude::*;
+use kinformer_actors::delta_fifo::{DeltaFifo, FifoOptions, FifoStats};
+use kinformer_actors::indexer::{Cache, CacheError, IndexFn, Indexer, IndexerStats, Subscribe};
+use kinformer_actors::listener::{Listener, ListenerOptions, ListenerStats, SubscriberId};
+use kinformer_actors::reflector::{
+    Backoff, ListWatch, Reflector, ReflectorOptions, ReflectorStats, StopReflector, Transform,
+};
+use kinformer_actors::resync::{ResyncTimer, ScheduleResync};
+use kinformer_actors::Event;
+use kinformer_actors::Object;
+use kube::Api;
+use tokio::sync::watch;
+
+use crate::store::Store;
+use crate::subscription::{SubscribeOptions, Subscription};
+
+/// Why an informer operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum InformerError {
+    /// An index could not be added.
+    #[error("index: {0}")]
+    Index(#[from] CacheError),
+    /// The informer did not sync in time.
+    #[error("not synced within {0:?}")]
+    SyncTimeout(Duration),
+    /// The informer (or the subscription) has stopped.
+    #[error("the informer has stopped")]
+    Stopped,
+    /// Not called from inside an actix system or a tokio `LocalSet`.
+    #[error("informers must be started inside an actix System or a tokio LocalSet")]
+    NoActorRuntime,
+}
+
+/// Configures an [`Informer`]; see [`Informer::builder`].
+pub struct InformerBuilder<K: Object> {
+    api: Api<K>,
+    label_selector: Option<String>,
+    field_selector: Option<String>,
+    reflector: ReflectorOptions,
+    fifo: FifoOptions,
+    transform: Option<Transform<K>>,
+    indexes: Vec<(String, IndexFn<K>)>,
+    default_resync: Duration,
+}
+
+impl<K> InformerBuilder<K>
+where
+    K: Object,
+{
+    /// Only objects matching this label selector (`app=web,tier in (a,b)`).
+    pub fn label_selector(mut self, selector: impl Into<String>) -> Self {
+        self.label_selector = Some(selector.into());
+        self
+    }
+
+    /// Only objects matching this field selector (`metadata.name=x`).
+    pub fn field_selector(mut self, selector: impl Into<String>) -> Self {
+        self.field_selector = Some(selector.into());
+        self
+    }
+
+    /// Page size of lists (default 500; 0 = unpaginated).
+    pub fn page_size(mut self, page_size: u32) -> Self {
+        self.reflector.page_size = page_size;
+        self
+    }
+
+    /// Use streaming lists (`sendInitialEvents`), falling back to lists when unsupported.
+    pub fn streaming_lists(mut self, on: bool) -> Self {
+        self.reflector.streaming_lists = on;
+        self
+    }
+
+    /// The backoff between failed attempts (default 800 ms doubling to 30 s, reset after 2 min).
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.reflector.backoff = backoff;
+        self
+    }
+
+    /// Tuning of the DeltaFIFO (batch size, high watermark).
+    pub fn fifo_options(mut self, options: FifoOptions) -> Self {
+        self.fifo = options;
+        self
+    }
+
+    /// Applied once to every object before it is cached and shared (e.g. drop `managedFields`).
+    pub fn transform(mut self, f: impl Fn(K) -> K + Send + Sync + 'static) -> Self {
+        self.transform = Some(Arc::new(f));
+        self
+    }
+
+    /// A named secondary index; `f` returns the object's values, or an error message.
+    pub fn index(
+        mut self,
+        name: impl Into<String>,
+        f: impl Fn(&K) -> Result<Vec<String>, String> + Send + Sync + 'static,
+    ) -> Self {
+        self.indexes.push((name.into(), Arc::new(f)));
+        self
+    }
+
+    /// Resync period of subscribers that do not choose one (default: never).
+    pub fn default_resync(mut self, period: Duration) -> Self {
+        self.default_resync = period;
+        self
+    }
+
+    /// Starts the actors. Must run inside an actix `System` or a tokio `LocalSet`.
+    pub fn start(self) -> Result<Informer<K>, InformerError> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(InformerError::NoActorRuntime);
+        }
+        let mut cache = Cache::new();
+        for (name, f) in self.indexes {
+            cache.add_index(&name, f)?;
+        }
+        cache.publish();
+        let reader = cache.reader();
+        let stats = InformerStatsInner::default();
+        let indexer = Indexer::new(cache, stats.indexer.clone()).start();
+        let (synced_tx, synced) = watch::channel(false);
+        let fifo =
+            DeltaFifo::new(reader.clone(), indexer.clone(), self.fifo, synced_tx, stats.fifo.clone()).start();
+        let resync = ResyncTimer::new(indexer.clone().recipient()).start();
+        let (rv_tx, rv) = watch::channel(String::new());
+        let source = ListWatch { api: self.api, label_selector: self.label_selector, field_selector: self.field_selector };
+        let reflector_stats = stats.reflector.clone();
+        let transform = self.transform;
+        let options = self.reflector;
+        let fifo_addr = fifo.clone();
+        let reflector = Supervisor::start(move |_| {
+            Reflector::new(source, fifo_addr, options, transform, rv_tx, reflector_stats)
+        });
+        Ok(Informer {
+            inner: Arc::new(Shared {
+                indexer,
+                fifo,
+                reflector,
+                resync,
+                reader,
+                synced,
+                rv,
+                next_id: AtomicU64::new(1),
+                default_resync: self.default_resync,
+                stats,
+            }),
+        })
+    }
+}
+
+#[derive(Default, Clone)]
+struct InformerStatsInner {
+    reflector: Arc<ReflectorStats>,
+    fifo: Arc<FifoStats>,
+    indexer: Arc<IndexerStats>,
+}
+
+/// A snapshot of an informer's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct InformerStats {
+    /// Objects cached.
+    pub objects: usize,
+    /// Lists made after the first one.
+    pub relists: u64,
+    /// Watches re-opened.
+    pub watch_restarts: u64,
+    /// Watch events received.
+    pub events: u64,
+    /// Failed requests.
+    pub failures: u64,
+    /// Adds, updates and deletes applied to the cache.
+    pub added: u64,
+    /// Updates applied (unchanged relist/resync replays excluded).
+    pub updated: u64,
+    /// Deletes applied.
+    pub deleted: u64,
+    /// Of which tombstones (final state unknown).
+    pub tombstones: u64,
+    /// Deltas waiting in the DeltaFIFO.
+    pub queued_deltas: usize,
+    /// Live subscribers.
+    pub subscribers: usize,
+    /// Subscribers removed because their actor stopped.
+    pub subscribers_lost: u64,
+    /// Objects received by the list in progress, and the total announced (0 = unknown).
+    pub list_progress: (u64, u64),
+}
+
+struct Shared<K: Object> {
+    indexer: Addr<Indexer<K>>,
+    fifo: Addr<DeltaFifo<K>>,
+    reflector: Addr<Reflector<K>>,
+    resync: Addr<ResyncTimer>,
+    reader: kinformer_actors::indexer::CacheReader<K>,
+    synced: watch::Receiver<bool>,
+    rv: watch::Receiver<String>,
+    next_id: AtomicU64,
+    default_resync: Duration,
+    stats: InformerStatsInner,
+}
+
+/// A running informer: subscribe actors, read the cache, wait for sync, stop.
+pub struct Informer<K: Object> {
+    inner: Arc<Shared<K>>,
+}
+
+impl<K: Object> Clone for Informer<K> {
+    fn clone(&self) -> Self {
+        Informer { inner: self.inner.clone() }
+    }
+}
+
+impl<K> Informer<K>
+where
+    K: Object,
+{
+    /// An informer over `api` (a resource, in one namespace or all).
+    pub fn builder(api: Api<K>) -> InformerBuilder<K> {
+        InformerBuilder {
+            api,
+            label_selector: None,
+            field_selector: None,
+            reflector: ReflectorOptions::default(),
+            fifo: FifoOptions::default(),
+            transform: None,
+            indexes: Vec::new(),
+            default_resync: Duration::ZERO,
+        }
+    }
+
+    /// Subscribes an actor. Before or after sync alike, it first receives the
+    /// cache as `Initial` adds (SI-5), then every change; it syncs on its own (HS-2).
+    pub async fn subscribe(
+        &self,
+        recipient: Recipient<Event<K>>,
+        options: SubscribeOptions,
+    ) -> Result<Subscription<K>, InformerError> {
+        let id = SubscriberId(self.inner.next_id.fetch_add(1, Ordering::Relaxed));
+        let (synced_tx, synced) = watch::channel(false);
+        let stats = Arc::new(ListenerStats::default());
+        let listener = Listener::new(
+            id,
+            recipient,
+            ListenerOptions { policy: options.policy, capacity: options.capacity },
+            synced_tx,
+            stats.clone(),
+        )
+        .start();
+        let period = options.resync.unwrap_or(self.inner.default_resync);
+        self.inner
+            .indexer
+            .send(Subscribe { id, listener: listener.clone() })
+            .await
+            .map_err(|_| InformerError::Stopped)?;
+        let resync_period = self
+            .inner
+            .resync
+            .send(ScheduleResync { id, period })
+            .await
+            .map_err(|_| InformerError::Stopped)?;
+        Ok(Subscription {
+            id,
+            listener,
+            indexer: self.inner.indexer.clone(),
+            resync: self.inner.resync.clone(),
+            resync_period,
+            synced,
+            stats,
+        })
+    }
+
+    /// True once the initial list has been processed into the cache (DF-15).
+    pub fn has_synced(&self) -> bool {
+        *self.inner.synced.borrow()
+    }
+
+    /// Waits until [`Informer::has_synced`], at most `timeout`.
+    pub async fn wait_for_sync(&self, timeout: Duration) -> Result<(), InformerError> {
+        let mut rx = self.inner.synced.clone();
+        tokio::time::timeout(timeout, rx.wait_for(|s| *s))
+            .await
+            .map_err(|_| InformerError::SyncTimeout(timeout))?
+            .map(|_| ())
+            .map_err(|_| InformerError::Stopped)
+    }
+
+    /// The resourceVersion of the last list or processed watch event.
+    pub fn last_sync_resource_version(&self) -> String {
+        self.inner.rv.borrow().clone()
+    }
+
+    /// The read-only cache, with its indexes.
+    pub fn store(&self) -> Store<K> {
+        Store::new(self.inner.reader.clone())
+    }
+
+    /// The informer's counters.
+    pub fn stats(&self) -> InformerStats {
+        let s = &self.inner.stats;
+        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        InformerStats {
+            objects: s.indexer.objects.load(Ordering::Relaxed),
+            relists: r(&s.reflector.relists),
+            watch_restarts: r(&s.reflector.watch_restarts),
+            events: r(&s.reflector.events),
+            failures: r(&s.reflector.failures),
+            added: r(&s.indexer.added),
+            updated: r(&s.indexer.updated),
+            deleted: r(&s.indexer.deleted),
+            tombstones: r(&s.indexer.tombstones),
+            queued_deltas: s.fifo.queued_deltas.load(Ordering::Relaxed),
+            subscribers: s.indexer.listeners.load(Ordering::Relaxed),
+            subscribers_lost: r(&s.indexer.listeners_lost),
+            list_progress: (r(&s.reflector.list_progress), r(&s.reflector.list_total)),
+        }
+    }
+
+    /// Stops listing and watching; subscribers receive nothing more.
+    pub async fn stop(&self) {
+        let _ = self.inner.reflector.send(StopReflector).await;
+        let _ = &self.inner.fifo;
+    }
+}

@@ -1,0 +1,106 @@
+//! Subscribing an actor to an informer.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use kinformer_actors::indexer::{Indexer, Unsubscribe};
+use kinformer_actors::listener::{Listener, ListenerStats, OverflowPolicy, StopListener, SubscriberId};
+use kinformer_actors::resync::{CancelResync, ResyncTimer};
+use kinformer_actors::Object;
+use tokio::sync::watch;
+
+use crate::informer::InformerError;
+
+/// How one subscriber wants to be served.
+#[derive(Debug, Clone, Copy)]
+pub struct SubscribeOptions {
+    /// Resync period; `None` takes the informer's default, `Some(ZERO)` never resyncs.
+    pub resync: Option<Duration>,
+    /// What happens when the subscriber falls behind.
+    pub policy: OverflowPolicy,
+    /// Bound of a `Block` queue (notifications); allocation hint for `Coalesce`.
+    pub capacity: usize,
+}
+
+impl Default for SubscribeOptions {
+    fn default() -> Self {
+        SubscribeOptions { resync: None, policy: OverflowPolicy::Block, capacity: 1024 }
+    }
+}
+
+impl SubscribeOptions {
+    /// Resync every `period` (`ZERO` = never; below one second is raised to one second).
+    pub fn resync(mut self, period: Duration) -> Self {
+        self.resync = Some(period);
+        self
+    }
+
+    /// The overflow policy.
+    pub fn policy(mut self, policy: OverflowPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The queue capacity.
+    pub fn capacity(mut self, capacity: usize) -> Self {
+        self.capacity = capacity.max(1);
+        self
+    }
+}
+
+/// A live subscription: its sync state, counters, and how to end it.
+pub struct Subscription<K: Object> {
+    pub(crate) id: SubscriberId,
+    pub(crate) listener: Addr<Listener<K>>,
+    pub(crate) indexer: Addr<Indexer<K>>,
+    pub(crate) resync: Addr<ResyncTimer>,
+    pub(crate) resync_period: Duration,
+    pub(crate) synced: watch::Receiver<bool>,
+    pub(crate) stats: Arc<ListenerStats>,
+}
+
+impl<K: Object> Subscription<K> {
+    /// This subscription's id.
+    pub fn id(&self) -> SubscriberId {
+        self.id
+    }
+
+    /// The resync period in force (`ZERO` = never).
+    pub fn resync_period(&self) -> Duration {
+        self.resync_period
+    }
+
+    /// True once the informer synced and this subscriber handled its initial adds (HS-2).
+    pub fn has_synced(&self) -> bool {
+        *self.synced.borrow()
+    }
+
+    /// Waits until [`Subscription::has_synced`], at most `timeout`.
+    pub async fn wait_for_sync(&self, timeout: Duration) -> Result<(), InformerError> {
+        let mut rx = self.synced.clone();
+        tokio::time::timeout(timeout, rx.wait_for(|s| *s))
+            .await
+            .map_err(|_| InformerError::SyncTimeout(timeout))?
+            .map(|_| ())
+            .map_err(|_| InformerError::Stopped)
+    }
+
+    /// Live counters (pending, delivered, resyncs, coalesced).
+    pub fn stats(&self) -> &ListenerStats {
+        &self.stats
+    }
+
+    /// True when the subscriber's actor stopped and the listener removed itself.
+    pub fn is_gone(&self) -> bool {
+        self.stats.gone.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Ends the subscription and waits for the handler call in progress to
+    /// return; pending notifications are dropped (SI-12, SI-13).
+    pub async fn unsubscribe(self) {
+        self.indexer.do_send(Unsubscribe(self.id));
+        self.resync.do_send(CancelResync(self.id));
+        let _ = self.listener.send(StopListener).await;
+    }
+}

@@ -1,0 +1,166 @@
+//! Shared helpers of the integration tests: an embedded API server, a kube
+//! client for it, and a subscriber actor that records what it receives.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use actix::prelude::*;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kinformer::{Cause, Event, Informer};
+use kinformer_apiserver::{ApiServer, ServerConfig, ServerHandle};
+use tokio::sync::watch;
+
+/// An embedded server on its own runtime thread, with fast bookmarks.
+pub fn server(history_limit: usize) -> ServerHandle {
+    let config = ServerConfig {
+        history_limit,
+        bookmark_interval: Duration::from_millis(200),
+        too_large_rv_wait: Duration::from_millis(100),
+        ..ServerConfig::default()
+    };
+    ApiServer::start_in_thread(config).expect("start embedded API server")
+}
+
+/// A kube client for the embedded server.
+pub fn client(server: &ServerHandle) -> kube::Client {
+    let mut config = kube::Config::new(server.url().parse().expect("server url"));
+    config.default_namespace = "default".into();
+    kube::Client::try_from(config).expect("kube client")
+}
+
+/// One recorded notification.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    pub kind: &'static str,
+    pub key: String,
+    pub rv: Option<String>,
+    pub cause: Cause,
+    pub unknown: bool,
+}
+
+/// What a recorder has seen, and the view of the world it rebuilt from it.
+#[derive(Debug, Default)]
+pub struct Log {
+    pub events: Vec<Seen>,
+    pub view: BTreeMap<String, String>,
+}
+
+impl Log {
+    pub fn count(&self, f: impl Fn(&Seen) -> bool) -> usize {
+        self.events.iter().filter(|s| f(s)).count()
+    }
+}
+
+/// A subscriber actor that records every event; optionally stalls behind a
+/// gate (while the gate is `false`) or stops itself after `stop_after` events.
+pub struct Recorder {
+    pub log: Arc<Mutex<Log>>,
+    pub gate: Option<watch::Receiver<bool>>,
+    pub stop_after: Option<usize>,
+}
+
+impl Recorder {
+    pub fn start() -> (Addr<Recorder>, Arc<Mutex<Log>>) {
+        let log = Arc::new(Mutex::new(Log::default()));
+        (Recorder { log: log.clone(), gate: None, stop_after: None }.start(), log)
+    }
+
+    pub fn gated(gate: watch::Receiver<bool>) -> (Addr<Recorder>, Arc<Mutex<Log>>) {
+        let log = Arc::new(Mutex::new(Log::default()));
+        (Recorder { log: log.clone(), gate: Some(gate), stop_after: None }.start(), log)
+    }
+}
+
+impl Actor for Recorder {
+    type Context = Context<Self>;
+}
+
+fn rv(o: &ConfigMap) -> Option<String> {
+    o.metadata.resource_version.clone()
+}
+
+impl Handler<Event<ConfigMap>> for Recorder {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, event: Event<ConfigMap>, ctx: &mut Context<Self>) -> Self::Result {
+        let n = {
+            let mut log = self.log.lock().unwrap();
+            let key = event.key().to_string();
+            let seen = match &event {
+                Event::Added { object, cause, .. } => {
+                    log.view.insert(key.clone(), rv(object).unwrap_or_default());
+                    Seen { kind: "Added", key, rv: rv(object), cause: *cause, unknown: false }
+                }
+                Event::Updated { new, cause, .. } => {
+                    log.view.insert(key.clone(), rv(new).unwrap_or_default());
+                    Seen { kind: "Updated", key, rv: rv(new), cause: *cause, unknown: false }
+                }
+                Event::Deleted { object, cause, .. } => {
+                    log.view.remove(&key);
+                    Seen {
+                        kind: "Deleted",
+                        key,
+                        rv: object.object().and_then(|o| rv(o)),
+                        cause: *cause,
+                        unknown: object.is_final_state_unknown(),
+                    }
+                }
+            };
+            log.events.push(seen);
+            log.events.len()
+        };
+        if self.stop_after.is_some_and(|limit| n >= limit) {
+            ctx.stop();
+        }
+        let gate = self.gate.clone();
+        Box::pin(async move {
+            if let Some(mut gate) = gate {
+                let _ = gate.wait_for(|open| *open).await;
+            }
+        })
+    }
+}
+
+/// Waits until `f` holds, polling, or panics after `deadline` naming `what`.
+pub async fn eventually(deadline: Duration, what: &str, mut f: impl FnMut() -> bool) {
+    let end = tokio::time::Instant::now() + deadline;
+    loop {
+        if f() {
+            return;
+        }
+        if tokio::time::Instant::now() > end {
+            panic!("timed out after {deadline:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The server's ConfigMaps in `default` as key → resourceVersion.
+pub fn server_view(server: &ServerHandle) -> BTreeMap<String, String> {
+    server
+        .list("", "configmaps", Some("default"))
+        .into_iter()
+        .map(|o| {
+            let name = o["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+            let rv = o["metadata"]["resourceVersion"].as_str().unwrap_or_default().to_owned();
+            (format!("default/{name}"), rv)
+        })
+        .collect()
+}
+
+/// A ConfigMap as JSON.
+pub fn configmap(name: &str, value: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": { "name": name, "namespace": "default", "labels": { "app": "test" } },
+        "data": { "value": value },
+    })
+}
+
+/// An informer over ConfigMaps in `default`.
+pub fn informer(server: &ServerHandle) -> kinformer::InformerBuilder<ConfigMap> {
+    Informer::builder(kube::Api::<ConfigMap>::namespaced(client(server), "default"))
+}
