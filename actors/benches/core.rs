@@ -27,7 +27,10 @@ fn object(i: usize, version: u64) -> Arc<ConfigMap> {
             namespace: Some(format!("ns-{}", i % NAMESPACES)),
             name: Some(format!("cm-{i}")),
             resource_version: Some(version.to_string()),
-            labels: Some(BTreeMap::from([("tier".to_owned(), format!("t{}", version % 4))])),
+            labels: Some(BTreeMap::from([(
+                "tier".to_owned(),
+                format!("t{}", version % 4),
+            )])),
             ..Default::default()
         },
         ..Default::default()
@@ -43,13 +46,23 @@ fn namespace_index() -> IndexFn<ConfigMap> {
 }
 
 fn tier_index() -> IndexFn<ConfigMap> {
-    Arc::new(|o: &ConfigMap| Ok(o.metadata.labels.as_ref().and_then(|l| l.get("tier")).cloned().into_iter().collect()))
+    Arc::new(|o: &ConfigMap| {
+        Ok(o.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("tier"))
+            .cloned()
+            .into_iter()
+            .collect())
+    })
 }
 
 /// A cache of `n` objects with the `namespace` and `tier` indexes.
 fn indexed_cache(n: usize) -> (Cache<ConfigMap>, Vec<Arc<ConfigMap>>) {
     let mut cache = Cache::new();
-    cache.add_index("namespace", namespace_index()).expect("new index");
+    cache
+        .add_index("namespace", namespace_index())
+        .expect("new index");
     cache.add_index("tier", tier_index()).expect("new index");
     let objects: Vec<Arc<ConfigMap>> = (0..n).map(|i| object(i, 1)).collect();
     cache.replace(objects.iter().map(|o| (key_of(o), o.clone())).collect());
@@ -155,7 +168,9 @@ fn cache_upsert(c: &mut Criterion) {
         b.iter_batched(
             || {
                 let mut cache = Cache::new();
-                cache.add_index("namespace", namespace_index()).expect("new index");
+                cache
+                    .add_index("namespace", namespace_index())
+                    .expect("new index");
                 cache.add_index("tier", tier_index()).expect("new index");
                 (cache, fresh.clone())
             },
@@ -177,13 +192,29 @@ fn cache_reads(c: &mut Criterion) {
     let snapshot = cache.reader().snapshot();
     // 1 000 objects per namespace.
     group.bench_function("by_index_namespace_1000_hits", |b| {
-        b.iter(|| black_box(snapshot.by_index("namespace", black_box("ns-42")).expect("index").len()));
+        b.iter(|| {
+            black_box(
+                snapshot
+                    .by_index("namespace", black_box("ns-42"))
+                    .expect("index")
+                    .len(),
+            )
+        });
     });
     group.bench_function("index_keys_namespace_1000_hits", |b| {
-        b.iter(|| black_box(snapshot.index_keys("namespace", black_box("ns-42")).expect("index").len()));
+        b.iter(|| {
+            black_box(
+                snapshot
+                    .index_keys("namespace", black_box("ns-42"))
+                    .expect("index")
+                    .len(),
+            )
+        });
     });
     let key = ObjectKey::new(Some("ns-42"), "cm-4242");
-    group.bench_function("get", |b| b.iter(|| black_box(snapshot.get(black_box(&key)))));
+    group.bench_function("get", |b| {
+        b.iter(|| black_box(snapshot.get(black_box(&key))))
+    });
     group.finish();
 }
 

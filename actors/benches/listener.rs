@@ -32,8 +32,11 @@ fn object(name: &str, version: u64) -> Arc<ConfigMap> {
 
 /// A valid history of `EVENTS` notifications over `KEYS` keys: every key is
 /// added first, then random keys are updated (90 %), resynced (5 %) or
-/// deleted and later re-added (5 %).
-fn history() -> Vec<Event<ConfigMap>> {
+/// deleted and later re-added (5 %). With `fresh_objects`, every change
+/// carries a newly allocated object, as decoded from the wire; without, each
+/// key reuses one object, which keeps them all in cache and isolates the
+/// queue's own work from the cost of releasing cold `Arc`s.
+fn history(fresh_objects: bool) -> Vec<Event<ConfigMap>> {
     let mut rng = StdRng::seed_from_u64(7);
     let keys: Vec<(ObjectKey, String)> = (0..KEYS)
         .map(|i| {
@@ -41,6 +44,7 @@ fn history() -> Vec<Event<ConfigMap>> {
             (ObjectKey::new(Some("bench"), &name), name)
         })
         .collect();
+    let shared: Vec<Arc<ConfigMap>> = keys.iter().map(|(_, name)| object(name, 0)).collect();
     let mut state: Vec<Option<Arc<ConfigMap>>> = vec![None; KEYS];
     let mut version = 0u64;
     let mut events = Vec::with_capacity(EVENTS);
@@ -53,9 +57,16 @@ fn history() -> Vec<Event<ConfigMap>> {
         let (key, name) = &keys[i];
         version += 1;
         let roll = rng.random_range(0..100);
+        let fresh = |name: &str| {
+            if fresh_objects {
+                object(name, version)
+            } else {
+                shared[i].clone()
+            }
+        };
         let event = match state[i].take() {
             None => {
-                let new = object(name, version);
+                let new = fresh(name);
                 state[i] = Some(new.clone());
                 Event::Added {
                     key: key.clone(),
@@ -78,7 +89,7 @@ fn history() -> Vec<Event<ConfigMap>> {
                 }
             }
             Some(old) => {
-                let new = object(name, version);
+                let new = fresh(name);
                 state[i] = Some(new.clone());
                 Event::Updated {
                     key: key.clone(),
@@ -94,12 +105,27 @@ fn history() -> Vec<Event<ConfigMap>> {
 }
 
 fn bench_listener_queue(c: &mut Criterion) {
-    let events = history();
+    let events = history(true);
+    let hot_events = history(false);
     let mut group = c.benchmark_group("listener_queue");
     group.sample_size(10);
     group.warm_up_time(Duration::from_millis(500));
     group.measurement_time(Duration::from_secs(2));
     group.throughput(Throughput::Elements(EVENTS as u64));
+
+    // The floor: moving 100k events out of the batch and dropping them (the
+    // `Arc` releases every queue pays), with no queue at all.
+    group.bench_function("baseline_move_and_drop_100k", |b| {
+        b.iter_batched(
+            || events.clone(),
+            |events| {
+                for e in events {
+                    black_box(e);
+                }
+            },
+            BatchSize::LargeInput,
+        )
+    });
 
     group.bench_function("coalesce_100k_over_1k_keys_then_drain", |b| {
         b.iter_batched(
@@ -115,6 +141,22 @@ fn bench_listener_queue(c: &mut Criterion) {
                     n += 1;
                 }
                 black_box(n)
+            },
+            BatchSize::LargeInput,
+        )
+    });
+
+    group.bench_function("coalesce_100k_over_1k_keys_then_drain_hot_objects", |b| {
+        b.iter_batched(
+            || hot_events.clone(),
+            |events| {
+                let mut q = ListenerQueue::new(OverflowPolicy::Coalesce, KEYS);
+                for e in events {
+                    let _ = black_box(q.push(e));
+                }
+                while let Some(e) = q.pop() {
+                    black_box(&e);
+                }
             },
             BatchSize::LargeInput,
         )

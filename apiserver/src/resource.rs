@@ -234,7 +234,81 @@ impl Registry {
             "resources": resources,
         }))
     }
+    /// `GET /openapi/v3`: one entry per served group/version (kubectl reads it to learn that
+    /// server-side field validation is supported, so it skips client-side schema validation).
+    pub fn openapi_v3_root(&self) -> Value {
+        let mut paths = serde_json::Map::new();
+        let mut gvs: Vec<(String, String)> = Vec::new();
+        for t in &self.types {
+            let gv = (t.group.clone(), t.version.clone());
+            if !gvs.contains(&gv) {
+                gvs.push(gv);
+            }
+        }
+        for (g, v) in gvs {
+            let path = if g.is_empty() {
+                format!("api/{v}")
+            } else {
+                format!("apis/{g}/{v}")
+            };
+            paths.insert(
+                path.clone(),
+                json!({"serverRelativeURL": format!("/openapi/v3/{path}?hash=kinformer")}),
+            );
+        }
+        json!({"paths": paths})
+    }
+
+    /// `GET /openapi/v3/api/v1` or `/openapi/v3/apis/{group}/{version}`: a minimal OpenAPI v3
+    /// document whose PATCH operations carry the GVK extension and the `fieldValidation` parameter.
+    pub fn openapi_v3_doc(&self, group: &str, version: &str) -> Option<Value> {
+        if !self.has_group_version(group, version) {
+            return None;
+        }
+        let prefix = if group.is_empty() {
+            format!("/api/{version}")
+        } else {
+            format!("/apis/{group}/{version}")
+        };
+        let mut paths = serde_json::Map::new();
+        for t in self
+            .types
+            .iter()
+            .filter(|t| t.group == group && t.version == version)
+        {
+            let path = if t.namespaced {
+                format!("{prefix}/namespaces/{{namespace}}/{}/{{name}}", t.plural)
+            } else {
+                format!("{prefix}/{}/{{name}}", t.plural)
+            };
+            let gvk = json!({"group": t.group, "version": t.version, "kind": t.kind});
+            let params = json!([
+                {"name": "fieldValidation", "in": "query", "schema": {"type": "string"}},
+                {"name": "dryRun", "in": "query", "schema": {"type": "string"}},
+                {"name": "fieldManager", "in": "query", "schema": {"type": "string"}},
+            ]);
+            let op = |id: &str| {
+                json!({
+                    "operationId": format!("{id}{}", t.kind),
+                    "x-kubernetes-group-version-kind": gvk,
+                    "parameters": params,
+                    "responses": {"200": {"description": "OK"}},
+                })
+            };
+            paths.insert(
+                path,
+                json!({"get": op("read"), "put": op("replace"), "patch": op("patch"), "delete": op("delete")}),
+            );
+        }
+        Some(json!({
+            "openapi": "3.0.0",
+            "info": {"title": "Kubernetes", "version": "v1.32.0-kinformer"},
+            "paths": paths,
+            "components": {"schemas": {}},
+        }))
+    }
 }
+
 
 fn group_doc(group: &str, versions: &[String]) -> Value {
     let vs: Vec<Value> = versions

@@ -140,6 +140,15 @@ fn parse_target(state: &AppState, path: &str) -> Result<Target, ApiError> {
             .api_resource_list(g, v)
             .map(Target::Doc)
             .ok_or_else(not_found_path),
+        ["openapi", "v3"] => Ok(Target::Doc(reg.openapi_v3_root())),
+        ["openapi", "v3", "api", v] => reg
+            .openapi_v3_doc("", v)
+            .map(Target::Doc)
+            .ok_or_else(not_found_path),
+        ["openapi", "v3", "apis", g, v] => reg
+            .openapi_v3_doc(g, v)
+            .map(Target::Doc)
+            .ok_or_else(not_found_path),
         ["api", v, rest @ ..] => resource_target(state, "", v, rest),
         ["apis", g, v, rest @ ..] => resource_target(state, g, v, rest),
         _ => Err(not_found_path()),
@@ -266,7 +275,7 @@ async fn api_inner(state: &Arc<AppState>, req: Request) -> Result<Response, ApiE
     let table = wants_table(req.headers());
     let ns = namespace.as_deref();
     match (verb, name) {
-        (Verb::Watch, name) => watch(state, res, &rt, namespace, name, &query).await,
+        (Verb::Watch, name) => watch(state, res, &rt, namespace, name, &query, table).await,
         (Verb::List, _) => list(state, res, &rt, namespace, &query, table).await,
         (Verb::Get, Some(name)) => {
             let rec = state.store.get(res, &key(&rt, ns, &name))?;
@@ -496,6 +505,7 @@ async fn watch(
     namespace: Option<String>,
     name: Option<String>,
     query: &Query,
+    table: bool,
 ) -> Result<Response, ApiError> {
     let (start, initial_end) = match (query.send_initial_events, query.rv) {
         (Some(true), RvParam::At(n)) => {
@@ -552,6 +562,7 @@ async fn watch(
         initial_events_end: initial_end,
         deadline: tokio::time::Instant::now() + timeout,
         bookmark_interval: state.config.bookmark_interval,
+        table: table.then(|| rt.clone()),
     };
     let stream = WatchStream::new(state.store.clone(), spec, reg, state.faults.subscribe());
     Ok(with_json_type(Response::new(Body::from_stream(

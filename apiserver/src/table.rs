@@ -29,10 +29,19 @@ fn columns(rt: &ResourceType) -> Vec<Value> {
 }
 
 fn row(rt: &ResourceType, rec: &ObjectRecord) -> Value {
-    let obj = rec.to_value();
+    row_of_value(rt, &rec.to_value())
+}
+
+fn row_of_value(rt: &ResourceType, obj: &Value) -> Value {
+    let name = obj
+        .get("metadata")
+        .and_then(|m| m.get("name"))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
     let meta = obj.get("metadata").cloned().unwrap_or_else(|| json!({}));
     let created = meta.get("creationTimestamp").and_then(Value::as_str);
-    let mut cells = vec![json!(&*rec.key.name)];
+    let mut cells = vec![json!(name)];
     if rt.group.is_empty() && rt.plural == "configmaps" {
         let n = obj
             .get("data")
@@ -84,4 +93,23 @@ pub fn object_table(rt: &ResourceType, rec: &ObjectRecord) -> Value {
         "columnDefinitions": columns(rt),
         "rows": [row(rt, rec)],
     })
+}
+
+/// The object of a watch event as a one-row Table (kubectl `get -w` asks for tables).
+pub fn event_table(rt: &ResourceType, object_json: &[u8]) -> Vec<u8> {
+    let obj: Value = serde_json::from_slice(object_json).unwrap_or(Value::Null);
+    let rv = obj
+        .get("metadata")
+        .and_then(|m| m.get("resourceVersion"))
+        .cloned()
+        .unwrap_or(Value::Null);
+    json!({
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": {"resourceVersion": rv},
+        "columnDefinitions": columns(rt),
+        "rows": [row_of_value(rt, &obj)],
+    })
+    .to_string()
+    .into_bytes()
 }

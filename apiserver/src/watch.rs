@@ -15,6 +15,7 @@ use crate::encode::{CHUNK_BYTES, bookmark_line, error_line, push_event};
 use crate::faults::{MALFORMED_LINE, WatchFaultState};
 use crate::history::{Event, EventKind};
 use crate::object::ObjectRecord;
+use crate::resource::ResourceType;
 use crate::selector::ObjectFilter;
 use crate::status::ApiError;
 use crate::store::{Store, WatchRegistration, WatcherShared};
@@ -37,6 +38,8 @@ pub struct WatchSpec {
     pub deadline: Instant,
     /// Periodic bookmark interval.
     pub bookmark_interval: Duration,
+    /// Encode objects as one-row Tables of this type (kubectl's `Accept: ...;as=Table`).
+    pub table: Option<ResourceType>,
 }
 
 /// The state of one watch stream.
@@ -119,6 +122,13 @@ impl WatchStream {
         bookmark_line(&self.spec.kind, &self.spec.api_version, rv, initial_end)
     }
 
+    fn emit(&self, buf: &mut BytesMut, event_type: &str, object_json: &[u8]) {
+        match &self.spec.table {
+            Some(rt) => push_event(buf, event_type, &crate::table::event_table(rt, object_json)),
+            None => push_event(buf, event_type, object_json),
+        }
+    }
+
     fn close_limit_reached(&self, state: &WatchFaultState) -> bool {
         state.close_after_events.is_some_and(|n| self.sent_events >= n)
     }
@@ -129,7 +139,7 @@ impl WatchStream {
         let written = match ev.kind {
             EventKind::Added | EventKind::Deleted => {
                 if f.matches(&ev.object) {
-                    push_event(buf, ev.kind.as_str(), &ev.object.json);
+                    self.emit(buf, ev.kind.as_str(), &ev.object.json);
                     true
                 } else {
                     false
@@ -140,16 +150,16 @@ impl WatchStream {
                 let before = ev.prev.as_ref().is_some_and(|p| f.matches(p));
                 match (before, now) {
                     (true, true) => {
-                        push_event(buf, "MODIFIED", &ev.object.json);
+                        self.emit(buf, "MODIFIED", &ev.object.json);
                         true
                     }
                     (false, true) => {
-                        push_event(buf, "ADDED", &ev.object.json);
+                        self.emit(buf, "ADDED", &ev.object.json);
                         true
                     }
                     (true, false) => match ev.prev_json_at_rv() {
                         Some(prev) => {
-                            push_event(buf, "DELETED", &prev);
+                            self.emit(buf, "DELETED", &prev);
                             true
                         }
                         None => false,
@@ -171,7 +181,7 @@ impl WatchStream {
         while buf.len() < CHUNK_BYTES && !self.close_limit_reached(state) {
             if let Some(obj) = self.initial.next() {
                 if self.spec.filter.matches(&obj) {
-                    push_event(&mut buf, "ADDED", &obj.json);
+                    self.emit(&mut buf, "ADDED", &obj.json);
                     self.sent_events += 1;
                 }
                 continue;

@@ -27,6 +27,9 @@ pub fn server(history_limit: usize) -> ServerHandle {
 pub fn client(server: &ServerHandle) -> kube::Client {
     let mut config = kube::Config::new(server.url().parse().expect("server url"));
     config.default_namespace = "default".into();
+    // kube-client retries 429/503/504 on its own by default; the tests examine
+    // the Reflector's own rules, so they see every answer.
+    config.default_retry = false;
     kube::Client::try_from(config).expect("kube client")
 }
 

@@ -180,7 +180,9 @@ pub struct DeltaQueueOptions {
 
 impl Default for DeltaQueueOptions {
     fn default() -> Self {
-        DeltaQueueOptions { emit_replaced: true }
+        DeltaQueueOptions {
+            emit_replaced: true,
+        }
     }
 }
 
@@ -344,7 +346,11 @@ impl<K: Resource> DeltaQueue<K> {
     /// then a tombstone for every queued or known key missing from the list.
     /// The first `replace` before any other mutation defines the initial
     /// population (DF-15). Atomic: a key error changes nothing.
-    pub fn replace(&mut self, list: Vec<Arc<K>>, known: &dyn KnownObjects<K>) -> Result<(), KeyError> {
+    pub fn replace(
+        &mut self,
+        list: Vec<Arc<K>>,
+        known: &dyn KnownObjects<K>,
+    ) -> Result<(), KeyError> {
         let keyed = list
             .into_iter()
             .map(|obj| ObjectKey::of(&*obj).map(|key| (key, obj)))
@@ -354,7 +360,11 @@ impl<K: Resource> DeltaQueue<K> {
         let mut listed: HashSet<ObjectKey> = HashSet::with_capacity(keyed.len());
         for (key, obj) in keyed {
             listed.insert(key.clone());
-            let delta = if self.emit_replaced { Delta::Replaced(obj) } else { Delta::Sync(obj) };
+            let delta = if self.emit_replaced {
+                Delta::Replaced(obj)
+            } else {
+                Delta::Sync(obj)
+            };
             self.queue_delta(key, delta);
         }
 
@@ -365,7 +375,11 @@ impl<K: Resource> DeltaQueue<K> {
             .iter()
             .filter(|key| !listed.contains(*key))
             .map(|key| {
-                let last_known = self.items.get(key).and_then(|d| d.last()).and_then(|d| d.object().cloned());
+                let last_known = self
+                    .items
+                    .get(key)
+                    .and_then(|d| d.last())
+                    .and_then(|d| d.object().cloned());
                 (key.clone(), last_known)
             })
             .collect();
@@ -443,7 +457,10 @@ impl<K: Resource> DeltaQueue<K> {
                 self.initial_unfinished += 1;
             }
 
-            let entry = self.in_flight.entry(key.clone()).or_insert(InFlight { count: 0, newest: None });
+            let entry = self.in_flight.entry(key.clone()).or_insert(InFlight {
+                count: 0,
+                newest: None,
+            });
             entry.count += 1;
             entry.newest = newest;
 
@@ -455,7 +472,11 @@ impl<K: Resource> DeltaQueue<K> {
                 key: key.clone(),
                 deltas,
                 is_in_initial_list: counts_toward_initial,
-                receipt: PopReceipt { id, key, counts_toward_initial },
+                receipt: PopReceipt {
+                    id,
+                    key,
+                    counts_toward_initial,
+                },
             });
         }
         None
@@ -467,7 +488,8 @@ impl<K: Resource> DeltaQueue<K> {
     pub fn pop_batch(&mut self, max: usize) -> Vec<Popped<K>> {
         let mut batch: Vec<Popped<K>> = Vec::new();
         while batch.len() < max {
-            let crosses_initial_end = batch.first().is_some_and(|p| p.is_in_initial_list) && self.initial_unpopped == 0;
+            let crosses_initial_end =
+                batch.first().is_some_and(|p| p.is_in_initial_list) && self.initial_unpopped == 0;
             if crosses_initial_end {
                 break;
             }
@@ -523,7 +545,10 @@ impl<K: Resource> DeltaQueue<K> {
     }
 
     fn overlay<'a>(&'a self, cache: &'a dyn KnownObjects<K>) -> Overlay<'a, K> {
-        Overlay { cache, in_flight: &self.in_flight }
+        Overlay {
+            cache,
+            in_flight: &self.in_flight,
+        }
     }
 
     fn mark_populated(&mut self) {
@@ -540,7 +565,10 @@ impl<K: Resource> DeltaQueue<K> {
     }
 
     fn queue_tombstone(&mut self, key: ObjectKey, last_known: Option<Arc<K>>) {
-        let tombstone = Tombstone { key: key.clone(), last_known };
+        let tombstone = Tombstone {
+            key: key.clone(),
+            last_known,
+        };
         self.queue_delta(key, Delta::Deleted(DeletedObject::Unknown(tombstone)));
     }
 
@@ -595,11 +623,19 @@ mod tests {
     }
 
     fn version(obj: &ConfigMap) -> u64 {
-        obj.metadata.resource_version.as_deref().and_then(|v| v.parse().ok()).unwrap_or(0)
+        obj.metadata
+            .resource_version
+            .as_deref()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
     }
 
     fn name_at(obj: &ConfigMap) -> String {
-        format!("{}@{}", obj.metadata.name.as_deref().unwrap_or("?"), version(obj))
+        format!(
+            "{}@{}",
+            obj.metadata.name.as_deref().unwrap_or("?"),
+            version(obj)
+        )
     }
 
     /// A delta as text: `Added foo@2`, `Deleted foo@2`, `Deleted DFSU(foo, foo@2)`.
@@ -646,7 +682,9 @@ mod tests {
     }
 
     fn queue_emitting_sync() -> DeltaQueue<ConfigMap> {
-        DeltaQueue::new(DeltaQueueOptions { emit_replaced: false })
+        DeltaQueue::new(DeltaQueueOptions {
+            emit_replaced: false,
+        })
     }
 
     /// A fixed list of known objects (client-go's `literalListerGetter`).
@@ -654,11 +692,17 @@ mod tests {
 
     impl KnownObjects<ConfigMap> for Listed {
         fn known_keys(&self) -> Vec<ObjectKey> {
-            self.0.iter().filter_map(|o| ObjectKey::of(&**o).ok()).collect()
+            self.0
+                .iter()
+                .filter_map(|o| ObjectKey::of(&**o).ok())
+                .collect()
         }
 
         fn known_object(&self, key: &ObjectKey) -> Option<Arc<ConfigMap>> {
-            self.0.iter().find(|o| ObjectKey::of(&***o).is_ok_and(|k| &k == key)).cloned()
+            self.0
+                .iter()
+                .find(|o| ObjectKey::of(&***o).is_ok_and(|k| &k == key))
+                .cloned()
         }
     }
 
@@ -674,13 +718,20 @@ mod tests {
             let k = Listed(vec![o("foo", 1)]);
             q.delete(o("foo", 1), &k).unwrap();
             q.replace(vec![o("foo", 2)], &k).unwrap();
-            assert_eq!(pop_one(&mut q), vec!["Deleted foo@1".to_owned(), format!("{replaced} foo@2")]);
+            assert_eq!(
+                pop_one(&mut q),
+                vec!["Deleted foo@1".to_owned(), format!("{replaced} foo@2")]
+            );
             assert!(q.is_empty());
         }
     }
 
     /// DF-T3: each row with no known objects (`()`) and with an empty known set.
-    fn df_t3_case(emit_replaced: bool, ops: impl Fn(&mut DeltaQueue<ConfigMap>, &dyn KnownObjects<ConfigMap>), expected: &[&str]) {
+    fn df_t3_case(
+        emit_replaced: bool,
+        ops: impl Fn(&mut DeltaQueue<ConfigMap>, &dyn KnownObjects<ConfigMap>),
+        expected: &[&str],
+    ) {
         let empty = Listed(vec![]);
         let knowns: [&dyn KnownObjects<ConfigMap>; 2] = [&(), &empty];
         for known in knowns {
@@ -740,7 +791,12 @@ mod tests {
                 q.replace(vec![o("foo", 2)], k).unwrap();
                 q.replace(vec![], k).unwrap();
             },
-            &["Added foo@2", "Sync foo@2", "Sync foo@2", "Deleted DFSU(foo, foo@2)"],
+            &[
+                "Added foo@2",
+                "Sync foo@2",
+                "Sync foo@2",
+                "Deleted DFSU(foo, foo@2)",
+            ],
         );
     }
 
@@ -767,7 +823,12 @@ mod tests {
                 q.add(o("foo", 3), k).unwrap();
                 q.replace(vec![], k).unwrap();
             },
-            &["Added foo@2", "Deleted foo@2", "Added foo@3", "Deleted DFSU(foo, foo@3)"],
+            &[
+                "Added foo@2",
+                "Deleted foo@2",
+                "Added foo@3",
+                "Deleted DFSU(foo, foo@3)",
+            ],
         );
     }
 
@@ -777,8 +838,16 @@ mod tests {
         q.add(o("foo", 10), &()).unwrap();
         q.update(o("foo", 12), &()).unwrap();
         q.delete(o("foo", 15), &()).unwrap();
-        assert_eq!(q.queue.iter().map(|k| k.to_string()).collect::<Vec<_>>(), ["foo"]);
-        let newest: Vec<String> = q.items.values().filter_map(|d| d.last()).map(show).collect();
+        assert_eq!(
+            q.queue.iter().map(|k| k.to_string()).collect::<Vec<_>>(),
+            ["foo"]
+        );
+        let newest: Vec<String> = q
+            .items
+            .values()
+            .filter_map(|d| d.last())
+            .map(show)
+            .collect();
         assert_eq!(newest, ["Deleted foo@15"]);
         assert_eq!(pop_newest(&mut q), 15);
         assert!(q.pop().is_none(), "no second item");
@@ -793,7 +862,10 @@ mod tests {
         q.add(o("qux", 17), &()).unwrap();
         q.delete(o("qux", 18), &()).unwrap();
         q.delete(o("baz", 20), &()).unwrap(); // never seen: dropped
-        assert_eq!([pop_newest(&mut q), pop_newest(&mut q), pop_newest(&mut q)], [10, 15, 18]);
+        assert_eq!(
+            [pop_newest(&mut q), pop_newest(&mut q), pop_newest(&mut q)],
+            [10, 15, 18]
+        );
         assert!(q.pop().is_none());
         assert!(q.items.is_empty());
     }
@@ -805,7 +877,10 @@ mod tests {
         q.add(o("foo", 10), &k).unwrap();
         q.update(o("bar", 15), &k).unwrap();
         q.delete(o("baz", 20), &k).unwrap(); // known: queued
-        assert_eq!([pop_newest(&mut q), pop_newest(&mut q), pop_newest(&mut q)], [10, 15, 20]);
+        assert_eq!(
+            [pop_newest(&mut q), pop_newest(&mut q), pop_newest(&mut q)],
+            [10, 15, 20]
+        );
         assert!(q.pop().is_none());
         assert!(q.items.is_empty());
     }
@@ -867,7 +942,10 @@ mod tests {
         let mut q = queue_emitting_sync();
         q.add(o("baz", 10), &k).unwrap();
         q.replace(vec![o("foo", 5)], &k).unwrap();
-        assert_eq!(pop_one(&mut q), ["Added baz@10", "Deleted DFSU(baz, baz@10)"]);
+        assert_eq!(
+            pop_one(&mut q),
+            ["Added baz@10", "Deleted DFSU(baz, baz@10)"]
+        );
         assert_eq!(pop_one(&mut q), ["Sync foo@5"]);
         assert_eq!(pop_one(&mut q), ["Deleted DFSU(bar, bar@6)"]);
         assert!(q.pop().is_none());
@@ -877,7 +955,14 @@ mod tests {
         q.delete(o("bar", 6), &k).unwrap();
         q.add(o("bar", 100), &k).unwrap();
         q.replace(vec![o("foo", 5)], &k).unwrap();
-        assert_eq!(pop_one(&mut q), ["Deleted bar@6", "Added bar@100", "Deleted DFSU(bar, bar@100)"]);
+        assert_eq!(
+            pop_one(&mut q),
+            [
+                "Deleted bar@6",
+                "Added bar@100",
+                "Deleted DFSU(bar, bar@100)"
+            ]
+        );
         assert_eq!(pop_one(&mut q), ["Sync foo@5"]);
         assert_eq!(pop_one(&mut q), ["Deleted DFSU(baz, baz@7)"]);
         assert!(q.pop().is_none());
@@ -886,7 +971,10 @@ mod tests {
         let mut q = queue_emitting_sync();
         q.replace(vec![o("bar", 100), o("foo", 5)], &k).unwrap();
         q.replace(vec![o("foo", 5)], &k).unwrap();
-        assert_eq!(pop_one(&mut q), ["Sync bar@100", "Deleted DFSU(bar, bar@100)"]);
+        assert_eq!(
+            pop_one(&mut q),
+            ["Sync bar@100", "Deleted DFSU(bar, bar@100)"]
+        );
         assert_eq!(pop_one(&mut q), ["Sync foo@5", "Sync foo@5"]);
         assert_eq!(pop_one(&mut q), ["Deleted DFSU(baz, baz@7)"]);
         assert!(q.pop().is_none());
@@ -895,7 +983,10 @@ mod tests {
         let mut q = queue_emitting_sync();
         q.add(o("baz", 10), &()).unwrap();
         q.replace(vec![o("foo", 5)], &()).unwrap();
-        assert_eq!(pop_one(&mut q), ["Added baz@10", "Deleted DFSU(baz, baz@10)"]);
+        assert_eq!(
+            pop_one(&mut q),
+            ["Added baz@10", "Deleted DFSU(baz, baz@10)"]
+        );
         assert_eq!(pop_one(&mut q), ["Sync foo@5"]);
         assert!(q.pop().is_none());
     }
@@ -938,7 +1029,11 @@ mod tests {
         let k = Listed(vec![o("foo", 5), o("bar", 6), o("baz", 7)]);
         let mut q = queue();
         q.replace(vec![o("foo", 5)], &k).unwrap();
-        for expected in ["Replaced foo@5", "Deleted DFSU(bar, bar@6)", "Deleted DFSU(baz, baz@7)"] {
+        for expected in [
+            "Replaced foo@5",
+            "Deleted DFSU(bar, bar@6)",
+            "Deleted DFSU(baz, baz@7)",
+        ] {
             assert!(!q.has_synced());
             let p = q.pop().unwrap();
             assert!(p.is_in_initial_list);
@@ -960,7 +1055,10 @@ mod tests {
         q.add(o("zab", 30), &()).unwrap();
         assert_eq!(pop_newest(&mut q), 13);
         q.add(o("foo", 14), &()).unwrap(); // must not jump back in line
-        assert_eq!([pop_newest(&mut q), pop_newest(&mut q), pop_newest(&mut q)], [1, 30, 14]);
+        assert_eq!(
+            [pop_newest(&mut q), pop_newest(&mut q), pop_newest(&mut q)],
+            [1, 30, 14]
+        );
     }
 
     /// DF-T18: `KeyOf` of an object, a tombstone, and deltas of each. Keys are
@@ -969,7 +1067,10 @@ mod tests {
     #[test]
     fn df_t18_key_of() {
         assert_eq!(ObjectKey::of(&*o("A", 1)).unwrap().as_str(), "A");
-        let t: Tombstone<ConfigMap> = Tombstone { key: "B".into(), last_known: None };
+        let t: Tombstone<ConfigMap> = Tombstone {
+            key: "B".into(),
+            last_known: None,
+        };
         assert_eq!(t.key.as_str(), "B");
 
         let mut q = queue();
@@ -1071,7 +1172,10 @@ mod tests {
             Delta::Deleted(DeletedObject::Final(o("foo", v)))
         }
         fn dfsu(v: u64) -> Delta<ConfigMap> {
-            Delta::Deleted(DeletedObject::Unknown(Tombstone { key: "foo".into(), last_known: Some(o("foo", v)) }))
+            Delta::Deleted(DeletedObject::Unknown(Tombstone {
+                key: "foo".into(),
+                last_known: Some(o("foo", v)),
+            }))
         }
         let dedup = |mut deltas: Vec<Delta<ConfigMap>>| {
             dedup_deltas(&mut deltas);
@@ -1085,9 +1189,22 @@ mod tests {
         // two real deletes: the older is kept
         assert_eq!(dedup(vec![final_(1), final_(2)]), ["Deleted foo@1"]);
         // only the last two are compared; nothing else merges
-        assert_eq!(dedup(vec![final_(1), final_(2), Delta::Added(o("foo", 3))]).len(), 3);
-        assert_eq!(dedup(vec![Delta::Sync(o("foo", 1)), Delta::Sync(o("foo", 1))]).len(), 2);
-        assert_eq!(dedup(vec![Delta::Updated(o("foo", 1)), Delta::Updated(o("foo", 2))]).len(), 2);
+        assert_eq!(
+            dedup(vec![final_(1), final_(2), Delta::Added(o("foo", 3))]).len(),
+            3
+        );
+        assert_eq!(
+            dedup(vec![Delta::Sync(o("foo", 1)), Delta::Sync(o("foo", 1))]).len(),
+            2
+        );
+        assert_eq!(
+            dedup(vec![
+                Delta::Updated(o("foo", 1)),
+                Delta::Updated(o("foo", 2))
+            ])
+            .len(),
+            2
+        );
 
         // through the public API: final + final keeps the older one
         let mut q = queue();
@@ -1109,7 +1226,10 @@ mod tests {
         q.add(o("foo", 1), &()).unwrap();
         q.delete(o("foo", 2), &()).unwrap();
         q.add(o("foo", 3), &()).unwrap();
-        assert_eq!(pop_one(&mut q), ["Added foo@1", "Deleted foo@2", "Added foo@3"]);
+        assert_eq!(
+            pop_one(&mut q),
+            ["Added foo@1", "Deleted foo@2", "Added foo@3"]
+        );
     }
 
     #[test]
@@ -1119,7 +1239,10 @@ mod tests {
         assert_eq!(q.add(nameless.clone(), &()), Err(KeyError::MissingName));
         assert_eq!(q.delete(nameless.clone(), &()), Err(KeyError::MissingName));
         assert!(!q.has_synced(), "a failed mutation does not populate");
-        assert_eq!(q.replace(vec![o("a", 1), nameless], &()), Err(KeyError::MissingName));
+        assert_eq!(
+            q.replace(vec![o("a", 1), nameless], &()),
+            Err(KeyError::MissingName)
+        );
         assert!(q.is_empty(), "replace is atomic");
     }
 
@@ -1131,21 +1254,38 @@ mod tests {
         q.replace(vec![], &()).unwrap();
         let p = q.pop().unwrap();
         assert!(Arc::ptr_eq(p.deltas[0].object().unwrap(), &obj));
-        assert!(Arc::ptr_eq(p.deltas[1].object().unwrap(), &obj), "the tombstone shares it too");
+        assert!(
+            Arc::ptr_eq(p.deltas[1].object().unwrap(), &obj),
+            "the tombstone shares it too"
+        );
     }
 
     #[test]
     fn pop_batch_stops_at_end_of_initial_list() {
         let mut q = queue();
-        q.replace(vec![o("a", 1), o("b", 2), o("c", 3)], &()).unwrap();
+        q.replace(vec![o("a", 1), o("b", 2), o("c", 3)], &())
+            .unwrap();
         q.add(o("d", 4), &()).unwrap();
         q.add(o("e", 5), &()).unwrap();
         let b1 = q.pop_batch(2);
-        assert_eq!(b1.iter().map(|p| p.key.to_string()).collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(
+            b1.iter().map(|p| p.key.to_string()).collect::<Vec<_>>(),
+            ["a", "b"]
+        );
         let b2 = q.pop_batch(10);
-        assert_eq!(b2.iter().map(|p| (p.key.to_string(), p.is_in_initial_list)).collect::<Vec<_>>(), [("c".to_owned(), true)]);
+        assert_eq!(
+            b2.iter()
+                .map(|p| (p.key.to_string(), p.is_in_initial_list))
+                .collect::<Vec<_>>(),
+            [("c".to_owned(), true)]
+        );
         let b3 = q.pop_batch(10);
-        assert_eq!(b3.iter().map(|p| (p.key.to_string(), p.is_in_initial_list)).collect::<Vec<_>>(), [("d".to_owned(), false), ("e".to_owned(), false)]);
+        assert_eq!(
+            b3.iter()
+                .map(|p| (p.key.to_string(), p.is_in_initial_list))
+                .collect::<Vec<_>>(),
+            [("d".to_owned(), false), ("e".to_owned(), false)]
+        );
         assert_eq!(q.in_flight(), 5);
         for p in b1.iter().chain(&b2).chain(&b3) {
             q.done(&p.receipt);
@@ -1162,7 +1302,10 @@ mod tests {
         let a = q.pop().unwrap();
         q.done(&a.receipt);
         q.done(&a.receipt);
-        assert!(!q.has_synced(), "a second done must not count b as processed");
+        assert!(
+            !q.has_synced(),
+            "a second done must not count b as processed"
+        );
         assert_eq!(q.in_flight(), 0);
         let b = q.pop().unwrap();
         assert_eq!(q.in_flight(), 1);
@@ -1301,7 +1444,11 @@ mod properties {
     }
 
     fn version(obj: &ConfigMap) -> u64 {
-        obj.metadata.resource_version.as_deref().and_then(|v| v.parse().ok()).unwrap_or(0)
+        obj.metadata
+            .resource_version
+            .as_deref()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
     }
 
     /// DF-T1 (`TestDeltaFIFO_basic`): two producers each add 500 distinct
@@ -1471,14 +1618,17 @@ mod properties {
                 }
                 Op::Apply(n) => {
                     for _ in 0..n {
-                        let Some(p) = self.popped.pop_front() else { break };
+                        let Some(p) = self.popped.pop_front() else {
+                            break;
+                        };
                         for d in &p.deltas {
                             match d {
                                 Delta::Deleted(_) => {
                                     self.cache.remove(&p.key);
                                 }
                                 other => {
-                                    let obj = other.object().expect("non-delete deltas carry an object");
+                                    let obj =
+                                        other.object().expect("non-delete deltas carry an object");
                                     self.cache.upsert(p.key.clone(), obj.clone());
                                 }
                             }
@@ -1508,7 +1658,10 @@ mod properties {
                 }
                 match d {
                     Delta::Deleted(_) => {
-                        prop_assert!(self.observer.remove(&key).is_some(), "{key}: delete of an unknown object");
+                        prop_assert!(
+                            self.observer.remove(&key).is_some(),
+                            "{key}: delete of an unknown object"
+                        );
                     }
                     other => {
                         let obj = other.object().expect("non-delete deltas carry an object");
@@ -1529,7 +1682,11 @@ mod properties {
         }
 
         fn cache_state(&self) -> BTreeMap<String, u64> {
-            self.cache.list().iter().map(|o| (o.metadata.name.clone().unwrap_or_default(), version(o))).collect()
+            self.cache
+                .list()
+                .iter()
+                .map(|o| (o.metadata.name.clone().unwrap_or_default(), version(o)))
+                .collect()
         }
     }
 

@@ -256,16 +256,21 @@ impl<K> BlockQueue<K> {
     }
 
     fn push(&mut self, event: Event<K>) {
-        *self.per_key.entry(event.key().clone()).or_insert(0) += 1;
+        match self.per_key.get_mut(event.key()) {
+            Some(n) => *n += 1,
+            None => {
+                self.per_key.insert(event.key().clone(), 1);
+            }
+        }
         self.events.push_back(event);
     }
 
     fn pop(&mut self) -> Option<Event<K>> {
         let event = self.events.pop_front()?;
-        if let Entry::Occupied(mut e) = self.per_key.entry(event.key().clone()) {
-            *e.get_mut() -= 1;
-            if *e.get() == 0 {
-                e.remove();
+        if let Some(n) = self.per_key.get_mut(event.key()) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_key.remove(event.key());
             }
         }
         Some(event)
@@ -335,39 +340,40 @@ impl<K> CoalesceQueue<K> {
     }
 
     fn push(&mut self, event: Event<K>) -> Merged {
-        match self.slots.entry(event.key().clone()) {
-            Entry::Vacant(v) => {
-                let seq = self.next_seq;
-                self.next_seq += 1;
-                self.order.push_back((v.key().clone(), seq));
-                v.insert(Pending {
+        // Look up by reference first: merging, the common case, clones no key.
+        let Some(pending) = self.slots.get_mut(event.key()) else {
+            let key = event.key().clone();
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            self.order.push_back((key.clone(), seq));
+            self.slots.insert(
+                key,
+                Pending {
                     seq,
                     slot: Slot::One(event),
-                });
-                self.len += 1;
-                Merged {
-                    coalesced: 0,
-                    dropped_initial: 0,
-                }
-            }
-            Entry::Occupied(mut o) => {
-                let pending = mem::take(&mut o.get_mut().slot);
-                let before = pending.len();
-                let (slot, dropped_initial) = merge(pending, event);
-                let after = slot.len();
-                self.len = self.len + after - before;
-                if after == 0 {
-                    o.remove();
-                    self.stale += 1;
-                    self.compact_if_needed();
-                } else {
-                    o.get_mut().slot = slot;
-                }
-                Merged {
-                    coalesced: (before + 1 - after) as u64,
-                    dropped_initial,
-                }
-            }
+                },
+            );
+            self.len += 1;
+            return Merged {
+                coalesced: 0,
+                dropped_initial: 0,
+            };
+        };
+        let before = pending.slot.len();
+        let key = event.key().clone();
+        let (slot, dropped_initial) = merge(mem::take(&mut pending.slot), event);
+        let after = slot.len();
+        self.len = self.len + after - before;
+        if after == 0 {
+            self.slots.remove(&key);
+            self.stale += 1;
+            self.compact_if_needed();
+        } else {
+            pending.slot = slot;
+        }
+        Merged {
+            coalesced: (before + 1 - after) as u64,
+            dropped_initial,
         }
     }
 
