@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use actix::prelude::*;
+use kinformer_actors::Event;
+use kinformer_actors::Object;
 use kinformer_actors::delta_fifo::{DeltaFifo, FifoOptions, FifoStats};
 use kinformer_actors::indexer::{Cache, CacheError, IndexFn, Indexer, IndexerStats, Subscribe};
 use kinformer_actors::listener::{Listener, ListenerOptions, ListenerStats, SubscriberId};
@@ -13,8 +15,6 @@ use kinformer_actors::reflector::{
     Backoff, ListWatch, Reflector, ReflectorOptions, ReflectorStats, StopReflector, Transform,
 };
 use kinformer_actors::resync::{ResyncTimer, ScheduleResync};
-use kinformer_actors::Event;
-use kinformer_actors::Object;
 use kube::Api;
 use tokio::sync::watch;
 
@@ -126,17 +126,34 @@ where
         let stats = InformerStatsInner::default();
         let indexer = Indexer::new(cache, stats.indexer.clone()).start();
         let (synced_tx, synced) = watch::channel(false);
-        let fifo =
-            DeltaFifo::new(reader.clone(), indexer.clone(), self.fifo, synced_tx, stats.fifo.clone()).start();
+        let fifo = DeltaFifo::new(
+            reader.clone(),
+            indexer.clone(),
+            self.fifo,
+            synced_tx,
+            stats.fifo.clone(),
+        )
+        .start();
         let resync = ResyncTimer::new(indexer.clone().recipient()).start();
         let (rv_tx, rv) = watch::channel(String::new());
-        let source = ListWatch { api: self.api, label_selector: self.label_selector, field_selector: self.field_selector };
+        let source = ListWatch {
+            api: self.api,
+            label_selector: self.label_selector,
+            field_selector: self.field_selector,
+        };
         let reflector_stats = stats.reflector.clone();
         let transform = self.transform;
         let options = self.reflector;
         let fifo_addr = fifo.clone();
         let reflector = Supervisor::start(move |_| {
-            Reflector::new(source, fifo_addr, options, transform, rv_tx, reflector_stats)
+            Reflector::new(
+                source,
+                fifo_addr,
+                options,
+                transform,
+                rv_tx,
+                reflector_stats,
+            )
         });
         Ok(Informer {
             inner: Arc::new(Shared {
@@ -213,7 +230,9 @@ pub struct Informer<K: Object> {
 
 impl<K: Object> Clone for Informer<K> {
     fn clone(&self) -> Self {
-        Informer { inner: self.inner.clone() }
+        Informer {
+            inner: self.inner.clone(),
+        }
     }
 }
 
@@ -248,7 +267,10 @@ where
         let listener = Listener::new(
             id,
             recipient,
-            ListenerOptions { policy: options.policy, capacity: options.capacity },
+            ListenerOptions {
+                policy: options.policy,
+                capacity: options.capacity,
+            },
             synced_tx,
             stats.clone(),
         )
@@ -256,7 +278,10 @@ where
         let period = options.resync.unwrap_or(self.inner.default_resync);
         self.inner
             .indexer
-            .send(Subscribe { id, listener: listener.clone() })
+            .send(Subscribe {
+                id,
+                listener: listener.clone(),
+            })
             .await
             .map_err(|_| InformerError::Stopped)?;
         let resync_period = self

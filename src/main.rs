@@ -17,7 +17,11 @@ use kinformer::{Cause, Event, Informer, OverflowPolicy, SubscribeOptions, Subscr
 use kinformer_apiserver::{ApiServer, ChurnSpec, ServerConfig};
 
 #[derive(Parser)]
-#[command(name = "kinformer", version, about = "Actor-based Kubernetes informer engine")]
+#[command(
+    name = "kinformer",
+    version,
+    about = "Actor-based Kubernetes informer engine"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -78,28 +82,42 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let args = match cli.command {
         Some(Command::Run(args)) => args,
-        None => RunArgs { seed: 5_000, churn: 200.0, ..RunArgs::default() },
+        None => RunArgs {
+            seed: 5_000,
+            churn: 200.0,
+            ..RunArgs::default()
+        },
     };
     run(args).await
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let cluster = if args.embedded { None } else { kube::Config::infer().await.ok() };
+    let cluster = if args.embedded {
+        None
+    } else {
+        kube::Config::infer().await.ok()
+    };
     let mut _server = None;
     let config = match cluster {
         Some(config) => {
-            println!("kinformer: using the configured cluster at {}", config.cluster_url);
+            println!(
+                "kinformer: using the configured cluster at {}",
+                config.cluster_url
+            );
             config
         }
         None => {
-            let server = ApiServer::start_in_thread(ServerConfig::default()).context("embedded API server")?;
+            let server = ApiServer::start_in_thread(ServerConfig::default())
+                .context("embedded API server")?;
             println!(
                 "kinformer: no cluster configured; running against the embedded API server at {} ({} ConfigMaps, {} writes/s)",
                 server.url(),
                 args.seed,
                 args.churn
             );
-            server.seed_configmaps("default", args.seed).context("seeding")?;
+            server
+                .seed_configmaps("default", args.seed)
+                .context("seeding")?;
             let churn = server.start_churn(ChurnSpec {
                 namespace: "churn".into(),
                 objects: 500,
@@ -117,15 +135,22 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             cm.metadata.managed_fields = None;
             cm
         })
-        .index("namespace", |cm: &ConfigMap| Ok(cm.metadata.namespace.clone().into_iter().collect()))
+        .index("namespace", |cm: &ConfigMap| {
+            Ok(cm.metadata.namespace.clone().into_iter().collect())
+        })
         .start()?;
 
     let mut subs: Vec<(Subscription<ConfigMap>, Counter)> = Vec::new();
     for (resync, policy) in [(10, OverflowPolicy::Block), (30, OverflowPolicy::Coalesce)] {
         let counter = Counter::default();
-        let view = Counter { events: counter.events.clone(), resyncs: counter.resyncs.clone() };
+        let view = Counter {
+            events: counter.events.clone(),
+            resyncs: counter.resyncs.clone(),
+        };
         let addr = counter.start();
-        let options = SubscribeOptions::default().resync(Duration::from_secs(resync)).policy(policy);
+        let options = SubscribeOptions::default()
+            .resync(Duration::from_secs(resync))
+            .policy(policy);
         subs.push((informer.subscribe(addr.recipient(), options).await?, view));
     }
 
@@ -142,12 +167,24 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         let s = informer.stats();
         if !informer.has_synced() {
             let (done, total) = s.list_progress;
-            println!("initial sync: {done}/{} objects", if total > 0 { total.to_string() } else { "?".into() });
+            println!(
+                "initial sync: {done}/{} objects",
+                if total > 0 {
+                    total.to_string()
+                } else {
+                    "?".into()
+                }
+            );
             continue;
         }
         if !synced_reported {
             synced_reported = true;
-            println!("synced {} objects in {:.2?} at resourceVersion {}", s.objects, started.elapsed(), informer.last_sync_resource_version());
+            println!(
+                "synced {} objects in {:.2?} at resourceVersion {}",
+                s.objects,
+                started.elapsed(),
+                informer.last_sync_resource_version()
+            );
         }
         let per_sub: Vec<String> = subs
             .iter()

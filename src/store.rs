@@ -12,7 +12,9 @@ pub struct Store<K> {
 
 impl<K> Clone for Store<K> {
     fn clone(&self) -> Self {
-        Store { reader: self.reader.clone() }
+        Store {
+            reader: self.reader.clone(),
+        }
     }
 }
 

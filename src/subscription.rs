@@ -4,10 +4,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use kinformer_actors::indexer::{Indexer, Unsubscribe};
-use kinformer_actors::listener::{Listener, ListenerStats, OverflowPolicy, StopListener, SubscriberId};
-use kinformer_actors::resync::{CancelResync, ResyncTimer};
 use kinformer_actors::Object;
+use kinformer_actors::indexer::{Indexer, Unsubscribe};
+use kinformer_actors::listener::{
+    Listener, ListenerStats, OverflowPolicy, StopListener, SubscriberId,
+};
+use kinformer_actors::resync::{CancelResync, ResyncTimer};
 use tokio::sync::watch;
 
 use crate::informer::InformerError;
@@ -25,7 +27,11 @@ pub struct SubscribeOptions {
 
 impl Default for SubscribeOptions {
     fn default() -> Self {
-        SubscribeOptions { resync: None, policy: OverflowPolicy::Block, capacity: 1024 }
+        SubscribeOptions {
+            resync: None,
+            policy: OverflowPolicy::Block,
+            capacity: 1024,
+        }
     }
 }
 

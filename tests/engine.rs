@@ -14,10 +14,19 @@ const SYNC: Duration = Duration::from_secs(60);
 const SETTLE: Duration = Duration::from_secs(20);
 
 /// Creates `name` and waits until the subscriber has seen it.
-async fn warm_up(server: &kinformer_apiserver::ServerHandle, log: &std::sync::Arc<std::sync::Mutex<Log>>, name: &str) {
-    server.create("", "configmaps", Some("default"), configmap(name, "warm")).unwrap();
+async fn warm_up(
+    server: &kinformer_apiserver::ServerHandle,
+    log: &std::sync::Arc<std::sync::Mutex<Log>>,
+    name: &str,
+) {
+    server
+        .create("", "configmaps", Some("default"), configmap(name, "warm"))
+        .unwrap();
     let key = format!("default/{name}");
-    eventually(SETTLE, "the warm-up event", || log.lock().unwrap().view.contains_key(&key)).await;
+    eventually(SETTLE, "the warm-up event", || {
+        log.lock().unwrap().view.contains_key(&key)
+    })
+    .await;
 }
 
 #[actix::test]
@@ -27,9 +36,15 @@ async fn initial_sync_across_pages_then_changes_reach_every_subscriber_in_order(
     let informer = informer(&server).page_size(500).start().unwrap();
     let (a, log_a) = Recorder::start();
     let (b, log_b) = Recorder::start();
-    let sub_a = informer.subscribe(a.recipient(), SubscribeOptions::default()).await.unwrap();
+    let sub_a = informer
+        .subscribe(a.recipient(), SubscribeOptions::default())
+        .await
+        .unwrap();
     let sub_b = informer
-        .subscribe(b.recipient(), SubscribeOptions::default().policy(OverflowPolicy::Coalesce))
+        .subscribe(
+            b.recipient(),
+            SubscribeOptions::default().policy(OverflowPolicy::Coalesce),
+        )
         .await
         .unwrap();
     informer.wait_for_sync(SYNC).await.unwrap();
@@ -39,14 +54,23 @@ async fn initial_sync_across_pages_then_changes_reach_every_subscriber_in_order(
     assert!(informer.stats().list_progress.0 >= 10_000);
     for log in [&log_a, &log_b] {
         let log = log.lock().unwrap();
-        assert_eq!(log.count(|s| s.kind == "Added" && s.cause == Cause::Initial), 10_000);
+        assert_eq!(
+            log.count(|s| s.kind == "Added" && s.cause == Cause::Initial),
+            10_000
+        );
     }
 
-    server.create("", "configmaps", Some("default"), configmap("x", "1")).unwrap();
+    server
+        .create("", "configmaps", Some("default"), configmap("x", "1"))
+        .unwrap();
     let mut cm = server.get("", "configmaps", Some("default"), "x").unwrap();
     cm["data"]["value"] = "2".into();
-    server.update("", "configmaps", Some("default"), cm).unwrap();
-    server.delete("", "configmaps", Some("default"), "x").unwrap();
+    server
+        .update("", "configmaps", Some("default"), cm)
+        .unwrap();
+    server
+        .delete("", "configmaps", Some("default"), "x")
+        .unwrap();
     let truth = server_view(&server);
     for log in [&log_a, &log_b] {
         eventually(SETTLE, "the delete of x reaches the subscriber", || {
@@ -64,7 +88,14 @@ async fn initial_sync_across_pages_then_changes_reach_every_subscriber_in_order(
         .filter(|s| s.key == "default/x")
         .map(|s| (s.kind, s.cause))
         .collect();
-    assert_eq!(kinds, vec![("Added", Cause::Watch), ("Updated", Cause::Watch), ("Deleted", Cause::Watch)]);
+    assert_eq!(
+        kinds,
+        vec![
+            ("Added", Cause::Watch),
+            ("Updated", Cause::Watch),
+            ("Deleted", Cause::Watch)
+        ]
+    );
     assert_eq!(informer.stats().relists, 0);
 }
 
@@ -74,7 +105,10 @@ async fn forced_watch_close_resumes_from_last_rv_without_relist_or_duplicates() 
     server.seed_configmaps("default", 50).unwrap();
     let informer = informer(&server).start().unwrap();
     let (a, log) = Recorder::start();
-    let _sub = informer.subscribe(a.recipient(), SubscribeOptions::default()).await.unwrap();
+    let _sub = informer
+        .subscribe(a.recipient(), SubscribeOptions::default())
+        .await
+        .unwrap();
     informer.wait_for_sync(SYNC).await.unwrap();
 
     for round in 0..3 {
@@ -83,18 +117,35 @@ async fn forced_watch_close_resumes_from_last_rv_without_relist_or_duplicates() 
         warm_up(&server, &log, &format!("warm{round}")).await;
         let restarts = informer.stats().watch_restarts;
         server.faults().close_all_watches();
-        server.create("", "configmaps", Some("default"), configmap(&format!("c{round}"), "v")).unwrap();
-        eventually(SETTLE, "the watch is re-opened", || informer.stats().watch_restarts > restarts).await;
+        server
+            .create(
+                "",
+                "configmaps",
+                Some("default"),
+                configmap(&format!("c{round}"), "v"),
+            )
+            .unwrap();
+        eventually(SETTLE, "the watch is re-opened", || {
+            informer.stats().watch_restarts > restarts
+        })
+        .await;
     }
     let truth = server_view(&server);
-    eventually(SETTLE, "view equals server", || log.lock().unwrap().view == truth).await;
+    eventually(SETTLE, "view equals server", || {
+        log.lock().unwrap().view == truth
+    })
+    .await;
     let stats = informer.stats();
     assert_eq!(stats.relists, 0, "a clean close must re-watch, not relist");
     assert!(stats.watch_restarts >= 3);
     let log = log.lock().unwrap();
     for round in 0..3 {
         let key = format!("default/c{round}");
-        assert_eq!(log.count(|s| s.key == key), 1, "exactly one Added for {key}");
+        assert_eq!(
+            log.count(|s| s.key == key),
+            1,
+            "exactly one Added for {key}"
+        );
     }
 }
 
@@ -104,31 +155,60 @@ async fn compaction_forces_relist_with_tombstones_and_no_update_storm() {
     server.seed_configmaps("default", 100).unwrap();
     let informer = informer(&server).start().unwrap();
     let (a, log) = Recorder::start();
-    let _sub = informer.subscribe(a.recipient(), SubscribeOptions::default()).await.unwrap();
+    let _sub = informer
+        .subscribe(a.recipient(), SubscribeOptions::default())
+        .await
+        .unwrap();
     informer.wait_for_sync(SYNC).await.unwrap();
-    let names: Vec<String> = server_view(&server).keys().map(|k| k.trim_start_matches("default/").to_owned()).collect();
+    let names: Vec<String> = server_view(&server)
+        .keys()
+        .map(|k| k.trim_start_matches("default/").to_owned())
+        .collect();
 
     // The watch sees nothing while we delete one object and change another,
     // then history is compacted and the watch closed: resuming gets a 410.
     server.faults().stall_watches(true);
-    server.delete("", "configmaps", Some("default"), &names[0]).unwrap();
-    let mut changed = server.get("", "configmaps", Some("default"), &names[1]).unwrap();
+    server
+        .delete("", "configmaps", Some("default"), &names[0])
+        .unwrap();
+    let mut changed = server
+        .get("", "configmaps", Some("default"), &names[1])
+        .unwrap();
     changed["data"]["extra"] = "changed".into();
-    server.update("", "configmaps", Some("default"), changed).unwrap();
+    server
+        .update("", "configmaps", Some("default"), changed)
+        .unwrap();
     server.faults().compact();
     server.faults().close_all_watches();
     server.faults().stall_watches(false);
 
     let truth = server_view(&server);
-    eventually(SETTLE, "view equals server after relist", || log.lock().unwrap().view == truth).await;
+    eventually(SETTLE, "view equals server after relist", || {
+        log.lock().unwrap().view == truth
+    })
+    .await;
     assert!(informer.stats().relists >= 1);
     let log = log.lock().unwrap();
     let deleted = format!("default/{}", names[0]);
     let updated = format!("default/{}", names[1]);
-    assert_eq!(log.count(|s| s.key == deleted && s.kind == "Deleted" && s.unknown && s.cause == Cause::Relist), 1);
-    assert_eq!(log.count(|s| s.key == updated && s.kind == "Updated" && s.cause == Cause::Relist), 1);
+    assert_eq!(
+        log.count(|s| s.key == deleted
+            && s.kind == "Deleted"
+            && s.unknown
+            && s.cause == Cause::Relist),
+        1
+    );
+    assert_eq!(
+        log.count(|s| s.key == updated && s.kind == "Updated" && s.cause == Cause::Relist),
+        1
+    );
     // The 98 unchanged objects reach no subscriber that is not due for resync.
-    assert_eq!(log.count(|s| s.kind == "Updated"), 1, "a relist is no update storm: {:?}", log.events.len());
+    assert_eq!(
+        log.count(|s| s.kind == "Updated"),
+        1,
+        "a relist is no update storm: {:?}",
+        log.events.len()
+    );
 }
 
 #[actix::test]
@@ -140,18 +220,54 @@ async fn each_subscriber_resyncs_at_its_own_period() {
     let (slow, slow_log) = Recorder::start();
     let (never, never_log) = Recorder::start();
     let t0 = tokio::time::Instant::now();
-    informer.subscribe(fast.recipient(), SubscribeOptions::default().resync(Duration::from_secs(1))).await.unwrap();
-    informer.subscribe(slow.recipient(), SubscribeOptions::default().resync(Duration::from_secs(3))).await.unwrap();
-    informer.subscribe(never.recipient(), SubscribeOptions::default().resync(Duration::ZERO)).await.unwrap();
+    informer
+        .subscribe(
+            fast.recipient(),
+            SubscribeOptions::default().resync(Duration::from_secs(1)),
+        )
+        .await
+        .unwrap();
+    informer
+        .subscribe(
+            slow.recipient(),
+            SubscribeOptions::default().resync(Duration::from_secs(3)),
+        )
+        .await
+        .unwrap();
+    informer
+        .subscribe(
+            never.recipient(),
+            SubscribeOptions::default().resync(Duration::ZERO),
+        )
+        .await
+        .unwrap();
     informer.wait_for_sync(SYNC).await.unwrap();
 
-    let resyncs = |log: &std::sync::Arc<std::sync::Mutex<Log>>| log.lock().unwrap().count(|s| s.cause == Cause::Resync);
-    eventually(Duration::from_secs(10), "the 3 s subscriber's first resync", || resyncs(&slow_log) >= 5).await;
+    let resyncs = |log: &std::sync::Arc<std::sync::Mutex<Log>>| {
+        log.lock().unwrap().count(|s| s.cause == Cause::Resync)
+    };
+    eventually(
+        Duration::from_secs(10),
+        "the 3 s subscriber's first resync",
+        || resyncs(&slow_log) >= 5,
+    )
+    .await;
     let elapsed = t0.elapsed();
-    assert!(elapsed >= Duration::from_millis(2900), "3 s resync came after {elapsed:?}");
+    assert!(
+        elapsed >= Duration::from_millis(2900),
+        "3 s resync came after {elapsed:?}"
+    );
     // By the time the 3 s subscriber resynced once, the 1 s one has done so at least twice per object.
-    assert!(resyncs(&fast_log) >= 10, "fast subscriber resynced {} times", resyncs(&fast_log));
-    assert_eq!(resyncs(&slow_log) % 5, 0, "a resync replays every object exactly once");
+    assert!(
+        resyncs(&fast_log) >= 10,
+        "fast subscriber resynced {} times",
+        resyncs(&fast_log)
+    );
+    assert_eq!(
+        resyncs(&slow_log) % 5,
+        0,
+        "a resync replays every object exactly once"
+    );
     assert_eq!(resyncs(&never_log), 0);
 }
 
@@ -162,10 +278,16 @@ async fn late_subscriber_gets_a_replay_and_its_own_sync_state() {
     let informer = informer(&server).start().unwrap();
     informer.wait_for_sync(SYNC).await.unwrap();
     let (late, log) = Recorder::start();
-    let sub = informer.subscribe(late.recipient(), SubscribeOptions::default().capacity(16)).await.unwrap();
+    let sub = informer
+        .subscribe(late.recipient(), SubscribeOptions::default().capacity(16))
+        .await
+        .unwrap();
     sub.wait_for_sync(SYNC).await.unwrap();
     let log = log.lock().unwrap();
-    assert_eq!(log.count(|s| s.kind == "Added" && s.cause == Cause::Initial), 300);
+    assert_eq!(
+        log.count(|s| s.kind == "Added" && s.cause == Cause::Initial),
+        300
+    );
     assert_eq!(log.view, server_view(&server));
 }
 
@@ -175,16 +297,34 @@ async fn a_subscriber_that_stops_is_removed_and_others_go_on() {
     server.seed_configmaps("default", 20).unwrap();
     let informer = informer(&server).start().unwrap();
     let log_dead = std::sync::Arc::new(std::sync::Mutex::new(Log::default()));
-    let dead = actix::Actor::start(Recorder { log: log_dead.clone(), gate: None, stop_after: Some(5) });
+    let dead = actix::Actor::start(Recorder {
+        log: log_dead.clone(),
+        gate: None,
+        stop_after: Some(5),
+    });
     let (alive, log) = Recorder::start();
-    let dead_sub = informer.subscribe(dead.recipient(), SubscribeOptions::default()).await.unwrap();
-    informer.subscribe(alive.recipient(), SubscribeOptions::default()).await.unwrap();
+    let dead_sub = informer
+        .subscribe(dead.recipient(), SubscribeOptions::default())
+        .await
+        .unwrap();
+    informer
+        .subscribe(alive.recipient(), SubscribeOptions::default())
+        .await
+        .unwrap();
     informer.wait_for_sync(SYNC).await.unwrap();
-    server.create("", "configmaps", Some("default"), configmap("after", "1")).unwrap();
+    server
+        .create("", "configmaps", Some("default"), configmap("after", "1"))
+        .unwrap();
     let truth = server_view(&server);
-    eventually(SETTLE, "live subscriber converges", || log.lock().unwrap().view == truth).await;
+    eventually(SETTLE, "live subscriber converges", || {
+        log.lock().unwrap().view == truth
+    })
+    .await;
     eventually(SETTLE, "dead subscriber removed", || dead_sub.is_gone()).await;
-    eventually(SETTLE, "informer counts the lost subscriber", || informer.stats().subscribers_lost == 1).await;
+    eventually(SETTLE, "informer counts the lost subscriber", || {
+        informer.stats().subscribers_lost == 1
+    })
+    .await;
 }
 
 #[actix::test]
@@ -196,14 +336,23 @@ async fn stalled_coalesce_subscriber_delays_nobody_and_stays_bounded_by_keys() {
     let (stalled, stalled_log) = Recorder::gated(gate_rx);
     let (fast, fast_log) = Recorder::start();
     let stalled_sub = informer
-        .subscribe(stalled.recipient(), SubscribeOptions::default().policy(OverflowPolicy::Coalesce))
+        .subscribe(
+            stalled.recipient(),
+            SubscribeOptions::default().policy(OverflowPolicy::Coalesce),
+        )
         .await
         .unwrap();
-    informer.subscribe(fast.recipient(), SubscribeOptions::default()).await.unwrap();
+    informer
+        .subscribe(fast.recipient(), SubscribeOptions::default())
+        .await
+        .unwrap();
     informer.wait_for_sync(SYNC).await.unwrap();
 
     // 500 updates over the same 10 keys while one subscriber is stalled.
-    let names: Vec<String> = server_view(&server).keys().map(|k| k.trim_start_matches("default/").to_owned()).collect();
+    let names: Vec<String> = server_view(&server)
+        .keys()
+        .map(|k| k.trim_start_matches("default/").to_owned())
+        .collect();
     for i in 0..50 {
         for name in &names {
             let mut o = server.get("", "configmaps", Some("default"), name).unwrap();
@@ -212,16 +361,26 @@ async fn stalled_coalesce_subscriber_delays_nobody_and_stays_bounded_by_keys() {
         }
     }
     let truth = server_view(&server);
-    eventually(SETTLE, "the fast subscriber converges while the other is stalled", || {
-        fast_log.lock().unwrap().view == truth
-    })
+    eventually(
+        SETTLE,
+        "the fast subscriber converges while the other is stalled",
+        || fast_log.lock().unwrap().view == truth,
+    )
     .await;
     // Pending notifications of the stalled one are bounded by keys (2 per key at most).
-    assert!(stalled_sub.stats().pending.load(std::sync::atomic::Ordering::Relaxed) <= 2 * names.len() + 1);
+    assert!(
+        stalled_sub
+            .stats()
+            .pending
+            .load(std::sync::atomic::Ordering::Relaxed)
+            <= 2 * names.len() + 1
+    );
     gate_tx.send_replace(true);
-    eventually(SETTLE, "the stalled subscriber catches up with the final state", || {
-        stalled_log.lock().unwrap().view == truth
-    })
+    eventually(
+        SETTLE,
+        "the stalled subscriber catches up with the final state",
+        || stalled_log.lock().unwrap().view == truth,
+    )
     .await;
 }
 
@@ -230,34 +389,58 @@ async fn stalled_block_subscriber_holds_the_pipeline_with_bounded_memory() {
     let server = server(100_000);
     server.seed_configmaps("default", 10).unwrap();
     let informer = informer(&server)
-        .fifo_options(kinformer::actors::delta_fifo::FifoOptions { batch_size: 16, high_watermark: 64 })
+        .fifo_options(kinformer::actors::delta_fifo::FifoOptions {
+            batch_size: 16,
+            high_watermark: 64,
+        })
         .start()
         .unwrap();
     let (gate_tx, gate_rx) = watch::channel(true);
     let (stalled, log) = Recorder::gated(gate_rx);
     let sub = informer
-        .subscribe(stalled.recipient(), SubscribeOptions::default().policy(OverflowPolicy::Block).capacity(8))
+        .subscribe(
+            stalled.recipient(),
+            SubscribeOptions::default()
+                .policy(OverflowPolicy::Block)
+                .capacity(8),
+        )
         .await
         .unwrap();
     informer.wait_for_sync(SYNC).await.unwrap();
     // A full Block subscriber holds the whole informer back (that is its contract).
     gate_tx.send_replace(false);
     for i in 0..2_000 {
-        server.create("", "configmaps", Some("default"), configmap(&format!("n{i}"), "v")).unwrap();
+        server
+            .create(
+                "",
+                "configmaps",
+                Some("default"),
+                configmap(&format!("n{i}"), "v"),
+            )
+            .unwrap();
     }
     // Give the pipeline time to fill; memory stays bounded by the queue bounds.
     let mut max_pending = 0;
     let mut max_queued = 0;
     for _ in 0..25 {
         tokio::time::sleep(Duration::from_millis(40)).await;
-        max_pending = max_pending.max(sub.stats().pending.load(std::sync::atomic::Ordering::Relaxed));
+        max_pending = max_pending.max(
+            sub.stats()
+                .pending
+                .load(std::sync::atomic::Ordering::Relaxed),
+        );
         max_queued = max_queued.max(informer.stats().queued_deltas);
     }
     assert!(max_pending <= 8 + 16, "listener pending {max_pending}");
     assert!(max_queued <= 64 + 256 + 16, "fifo queued {max_queued}");
     gate_tx.send_replace(true);
     let truth = server_view(&server);
-    eventually(Duration::from_secs(60), "the stalled subscriber catches up", || log.lock().unwrap().view == truth).await;
+    eventually(
+        Duration::from_secs(60),
+        "the stalled subscriber catches up",
+        || log.lock().unwrap().view == truth,
+    )
+    .await;
 }
 
 #[actix::test]
@@ -266,12 +449,25 @@ async fn malformed_watch_line_is_logged_and_the_informer_recovers() {
     server.seed_configmaps("default", 10).unwrap();
     let informer = informer(&server).start().unwrap();
     let (a, log) = Recorder::start();
-    informer.subscribe(a.recipient(), SubscribeOptions::default()).await.unwrap();
+    informer
+        .subscribe(a.recipient(), SubscribeOptions::default())
+        .await
+        .unwrap();
     informer.wait_for_sync(SYNC).await.unwrap();
     server.faults().inject_malformed_line();
-    server.create("", "configmaps", Some("default"), configmap("after-garbage", "1")).unwrap();
+    server
+        .create(
+            "",
+            "configmaps",
+            Some("default"),
+            configmap("after-garbage", "1"),
+        )
+        .unwrap();
     let truth = server_view(&server);
-    eventually(SETTLE, "view equals server after a malformed line", || log.lock().unwrap().view == truth).await;
+    eventually(SETTLE, "view equals server after a malformed line", || {
+        log.lock().unwrap().view == truth
+    })
+    .await;
 }
 
 #[actix::test]
@@ -287,15 +483,34 @@ async fn too_many_requests_on_watch_backs_off_without_relist() {
         .start()
         .unwrap();
     let (a, log) = Recorder::start();
-    informer.subscribe(a.recipient(), SubscribeOptions::default()).await.unwrap();
+    informer
+        .subscribe(a.recipient(), SubscribeOptions::default())
+        .await
+        .unwrap();
     informer.wait_for_sync(SYNC).await.unwrap();
     warm_up(&server, &log, "warm").await;
-    server.faults().fail_next(Verb::Watch, 3, Failure::TooManyRequests { retry_after_secs: 0 });
+    server.faults().fail_next(
+        Verb::Watch,
+        3,
+        Failure::TooManyRequests {
+            retry_after_secs: 0,
+        },
+    );
     server.faults().close_all_watches();
-    server.create("", "configmaps", Some("default"), configmap("after-429", "1")).unwrap();
+    server
+        .create(
+            "",
+            "configmaps",
+            Some("default"),
+            configmap("after-429", "1"),
+        )
+        .unwrap();
     eventually(SETTLE, "three 429s seen", || informer.stats().failures >= 3).await;
     let truth = server_view(&server);
-    eventually(SETTLE, "view equals server after 429s", || log.lock().unwrap().view == truth).await;
+    eventually(SETTLE, "view equals server after 429s", || {
+        log.lock().unwrap().view == truth
+    })
+    .await;
     assert_eq!(informer.stats().relists, 0, "429 on watch must not relist");
     assert!(informer.stats().failures >= 3);
 }

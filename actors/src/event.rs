@@ -59,18 +59,27 @@ pub enum Event<K> {
 impl<K> Clone for Event<K> {
     fn clone(&self) -> Self {
         match self {
-            Event::Added { key, object, cause } => {
-                Event::Added { key: key.clone(), object: object.clone(), cause: *cause }
-            }
-            Event::Updated { key, old, new, cause } => Event::Updated {
+            Event::Added { key, object, cause } => Event::Added {
+                key: key.clone(),
+                object: object.clone(),
+                cause: *cause,
+            },
+            Event::Updated {
+                key,
+                old,
+                new,
+                cause,
+            } => Event::Updated {
                 key: key.clone(),
                 old: old.clone(),
                 new: new.clone(),
                 cause: *cause,
             },
-            Event::Deleted { key, object, cause } => {
-                Event::Deleted { key: key.clone(), object: object.clone(), cause: *cause }
-            }
+            Event::Deleted { key, object, cause } => Event::Deleted {
+                key: key.clone(),
+                object: object.clone(),
+                cause: *cause,
+            },
         }
     }
 }
@@ -79,7 +88,9 @@ impl<K> Event<K> {
     /// The key of the object.
     pub fn key(&self) -> &ObjectKey {
         match self {
-            Event::Added { key, .. } | Event::Updated { key, .. } | Event::Deleted { key, .. } => key,
+            Event::Added { key, .. } | Event::Updated { key, .. } | Event::Deleted { key, .. } => {
+                key
+            }
         }
     }
 
@@ -103,7 +114,13 @@ impl<K> Event<K> {
 
     /// True for an `Added` that is part of the initial list (client-go's `isInInitialList`).
     pub fn is_initial(&self) -> bool {
-        matches!(self, Event::Added { cause: Cause::Initial, .. })
+        matches!(
+            self,
+            Event::Added {
+                cause: Cause::Initial,
+                ..
+            }
+        )
     }
 
     /// True for a resync replay, which carries no change.

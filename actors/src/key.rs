@@ -109,7 +109,10 @@ pub struct Tombstone<K> {
 
 impl<K> Clone for Tombstone<K> {
     fn clone(&self) -> Self {
-        Tombstone { key: self.key.clone(), last_known: self.last_known.clone() }
+        Tombstone {
+            key: self.key.clone(),
+            last_known: self.last_known.clone(),
+        }
     }
 }
 
@@ -166,10 +169,19 @@ mod tests {
 
     #[test]
     fn key_1_namespaced_and_cluster_scoped() {
-        assert_eq!(ObjectKey::of(&cm(Some("ns"), Some("a"))).unwrap().as_str(), "ns/a");
+        assert_eq!(
+            ObjectKey::of(&cm(Some("ns"), Some("a"))).unwrap().as_str(),
+            "ns/a"
+        );
         assert_eq!(ObjectKey::of(&cm(None, Some("a"))).unwrap().as_str(), "a");
-        assert_eq!(ObjectKey::of(&cm(Some(""), Some("a"))).unwrap().as_str(), "a");
-        assert_eq!(ObjectKey::of(&cm(Some("ns"), None)), Err(KeyError::MissingName));
+        assert_eq!(
+            ObjectKey::of(&cm(Some(""), Some("a"))).unwrap().as_str(),
+            "a"
+        );
+        assert_eq!(
+            ObjectKey::of(&cm(Some("ns"), None)),
+            Err(KeyError::MissingName)
+        );
     }
 
     #[test]
@@ -180,18 +192,27 @@ mod tests {
         assert_eq!((k.namespace(), k.name()), (None, "a"));
         let k = ObjectKey::parse("").unwrap();
         assert_eq!((k.namespace(), k.name()), (None, ""));
-        assert_eq!(ObjectKey::parse("a/b/c"), Err(KeyError::Malformed("a/b/c".into())));
+        assert_eq!(
+            ObjectKey::parse("a/b/c"),
+            Err(KeyError::Malformed("a/b/c".into()))
+        );
     }
 
     #[test]
     fn key_4_tombstone_object() {
         let o = Arc::new(cm(Some("ns"), Some("a")));
-        let t = DeletedObject::Unknown(Tombstone { key: "ns/a".into(), last_known: Some(o.clone()) });
+        let t = DeletedObject::Unknown(Tombstone {
+            key: "ns/a".into(),
+            last_known: Some(o.clone()),
+        });
         assert!(t.is_final_state_unknown());
         assert!(Arc::ptr_eq(t.object().unwrap(), &o));
         let f = DeletedObject::Final(o.clone());
         assert!(!f.is_final_state_unknown());
-        let empty: DeletedObject<ConfigMap> = DeletedObject::Unknown(Tombstone { key: "x".into(), last_known: None });
+        let empty: DeletedObject<ConfigMap> = DeletedObject::Unknown(Tombstone {
+            key: "x".into(),
+            last_known: None,
+        });
         assert!(empty.object().is_none());
     }
 }

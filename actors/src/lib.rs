@@ -28,6 +28,12 @@ pub trait Object:
 }
 
 impl<T> Object for T where
-    T: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static
+    T: kube::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static
 {
 }

@@ -41,11 +41,7 @@ impl Default for ServerConfig {
             too_large_rv_wait: Duration::from_secs(3),
             resources: ResourceType::defaults(),
             watch_buffer: 10_000,
-            initial_namespaces: vec![
-                "default".into(),
-                "kube-system".into(),
-                "kube-public".into(),
-            ],
+            initial_namespaces: vec!["default".into(), "kube-system".into(), "kube-public".into()],
             max_watch_timeout: Duration::from_secs(30 * 60),
         }
     }

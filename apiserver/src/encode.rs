@@ -120,7 +120,9 @@ mod tests {
 
     #[tokio::test]
     async fn list_body_is_valid_json_in_several_chunks() {
-        let items: Vec<_> = (0..5000).map(|i| rec(&format!("object-{i:05}-{}", "x".repeat(40)))).collect();
+        let items: Vec<_> = (0..5000)
+            .map(|i| rec(&format!("object-{i:05}-{}", "x".repeat(40))))
+            .collect();
         let chunks: Vec<Bytes> = list_body("ConfigMapList", "v1", 7, Some("tok"), Some(3), items)
             .map(|c| c.unwrap())
             .collect()

@@ -9,7 +9,7 @@ use tokio::sync::watch;
 
 use crate::config::ServerConfig;
 use crate::faults::Faults;
-use crate::load::{ChurnHandle, ChurnSpec, seed_configmap, start_churn};
+use crate::load::{ChurnHandle, ChurnSpec, seed_configmaps_fast, start_churn};
 use crate::object::ObjKey;
 use crate::resource::Registry;
 use crate::selector::ObjectFilter;
@@ -261,7 +261,11 @@ impl ServerHandle {
         object: Value,
     ) -> Result<Value, ApiError> {
         let res = self.res(group, plural)?;
-        Ok(self.inner.store.create(res, namespace, object, false)?.to_value())
+        Ok(self
+            .inner
+            .store
+            .create(res, namespace, object, false)?
+            .to_value())
     }
 
     /// Replace an object in-process (unconditional when `metadata.resourceVersion` is absent).
@@ -335,13 +339,7 @@ impl ServerHandle {
 
     /// Create `count` deterministic ~1.3 KB ConfigMaps `seed-000000..` in `namespace`.
     pub fn seed_configmaps(&self, namespace: &str, count: usize) -> Result<(), ApiError> {
-        let res = self.res("", "configmaps")?;
-        for i in 0..count {
-            self.inner
-                .store
-                .create(res, Some(namespace), seed_configmap(i), false)?;
-        }
-        Ok(())
+        seed_configmaps_fast(&self.inner.store, namespace, count)
     }
 
     /// Start a churn generator on the server's runtime.

@@ -31,6 +31,7 @@ pub mod history;
 pub mod load;
 pub mod object;
 pub mod patch;
+pub mod protobuf;
 pub mod query;
 pub mod resource;
 pub mod selector;

@@ -12,7 +12,11 @@ use kinformer_apiserver::{ApiServer, ChurnSpec, ServerConfig};
 #[command(version, about)]
 struct Args {
     /// Address to listen on (port 0 picks a free port).
-    #[arg(long, default_value = "127.0.0.1:0", env = "KINFORMER_APISERVER_LISTEN")]
+    #[arg(
+        long,
+        default_value = "127.0.0.1:0",
+        env = "KINFORMER_APISERVER_LISTEN"
+    )]
     listen: SocketAddr,
     /// Seed this many ~1.3 KB ConfigMaps at start-up.
     #[arg(long, default_value_t = 0)]
@@ -59,7 +63,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
         bookmark_interval: Duration::from_millis(args.bookmark_interval_ms),
         ..ServerConfig::default()
     };
-    let server = ApiServer::start(config).await.context("starting the server")?;
+    let server = ApiServer::start(config)
+        .await
+        .context("starting the server")?;
     if args.seed > 0 {
         server
             .seed_configmaps(&args.seed_namespace, args.seed)
@@ -82,7 +88,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     println!("listening on {url}");
     println!("try: kubectl --server {url} get configmaps -A");
     println!("faults: curl -X POST {url}/admin/faults/close-watches");
-    tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+    tokio::signal::ctrl_c()
+        .await
+        .context("waiting for Ctrl-C")?;
     if let Some(c) = churn {
         let stats = c.stop();
         println!(

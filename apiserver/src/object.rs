@@ -125,10 +125,7 @@ pub fn set_resource_version(value: &mut Value, rv: u64) {
 
 /// `metadata.resourceVersion` as a number: `Ok(None)` when absent or empty.
 pub fn resource_version_of(value: &Value) -> Result<Option<u64>, ApiError> {
-    match value
-        .get("metadata")
-        .and_then(|m| m.get("resourceVersion"))
-    {
+    match value.get("metadata").and_then(|m| m.get("resourceVersion")) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) if s.is_empty() => Ok(None),
         Some(Value::String(s)) => s.parse().map(Some).map_err(|_| {
@@ -186,7 +183,10 @@ pub fn check_body(rt: &ResourceType, value: &mut Value) -> Result<(), ApiError> 
             obj.insert("kind".into(), Value::String(rt.kind.clone()));
         }
         Some(other) => {
-            let shown = other.as_str().map(str::to_string).unwrap_or_else(|| other.to_string());
+            let shown = other
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| other.to_string());
             return Err(ApiError::bad_request(format!(
                 "{shown} in version \"{}\" cannot be handled as a {}: the kind in the data ({shown}) does not match the expected kind ({})",
                 rt.version, rt.kind, rt.kind
@@ -204,7 +204,10 @@ pub fn check_body(rt: &ResourceType, value: &mut Value) -> Result<(), ApiError> 
         Some(other) => {
             return Err(ApiError::bad_request(format!(
                 "the API version in the data ({}) does not match the expected API version ({api_version})",
-                other.as_str().map(str::to_string).unwrap_or_else(|| other.to_string())
+                other
+                    .as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| other.to_string())
             )));
         }
     }
@@ -253,7 +256,9 @@ pub fn resolve_namespace(
             "",
             "metadata.namespace",
             "FieldValueInvalid",
-            &format!("Invalid value: \"{ns}\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-'"),
+            &format!(
+                "Invalid value: \"{ns}\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-'"
+            ),
         ));
     }
     meta.insert("namespace".into(), Value::String(ns.clone()));
@@ -268,7 +273,9 @@ pub fn validate_metadata(rt: &ResourceType, value: &Value, name: &str) -> Result
             name,
             "metadata.name",
             "FieldValueInvalid",
-            &format!("Invalid value: \"{name}\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"),
+            &format!(
+                "Invalid value: \"{name}\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
+            ),
         ));
     }
     for (k, v) in labels_of(value)? {
@@ -278,7 +285,9 @@ pub fn validate_metadata(rt: &ResourceType, value: &Value, name: &str) -> Result
                 name,
                 "metadata.labels",
                 "FieldValueInvalid",
-                &format!("Invalid value: \"{k}\": name part must consist of alphanumeric characters, '-', '_' or '.'"),
+                &format!(
+                    "Invalid value: \"{k}\": name part must consist of alphanumeric characters, '-', '_' or '.'"
+                ),
             ));
         }
         if !valid_label_value(&v) {
@@ -287,7 +296,9 @@ pub fn validate_metadata(rt: &ResourceType, value: &Value, name: &str) -> Result
                 name,
                 "metadata.labels",
                 "FieldValueInvalid",
-                &format!("Invalid value: \"{v}\": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.'"),
+                &format!(
+                    "Invalid value: \"{v}\": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.'"
+                ),
             ));
         }
     }
@@ -402,7 +413,11 @@ pub fn carry_over_for_update(old: &Value, new: &mut Value) -> bool {
         }
         meta.insert(
             "generation".into(),
-            Value::from(if spec_changed { generation + 1 } else { generation }),
+            Value::from(if spec_changed {
+                generation + 1
+            } else {
+                generation
+            }),
         );
         // Drop explicit nulls so a merge-style body does not leave `null` fields behind.
         meta.retain(|_, v| !v.is_null());
@@ -442,14 +457,19 @@ mod tests {
         let e = resolve_name_for_create(&rt, &mut v).unwrap_err();
         assert_eq!((e.code, e.reason), (422, crate::status::Reason::Invalid));
         assert!(validate_metadata(&rt, &json!({}), "Bad_Name").is_err());
-        assert!(validate_metadata(&rt, &json!({"metadata": {"labels": {"a": "b c"}}}), "ok").is_err());
+        assert!(
+            validate_metadata(&rt, &json!({"metadata": {"labels": {"a": "b c"}}}), "ok").is_err()
+        );
     }
 
     #[test]
     fn namespace_resolution() {
         let rt = cm();
         let mut v = json!({"metadata": {"namespace": "a"}});
-        assert_eq!(resolve_namespace(&rt, &mut v, Some("b")).unwrap_err().code, 400);
+        assert_eq!(
+            resolve_namespace(&rt, &mut v, Some("b")).unwrap_err().code,
+            400
+        );
         let mut v = json!({"metadata": {}});
         assert_eq!(resolve_namespace(&rt, &mut v, Some("b")).unwrap(), "b");
         assert_eq!(v["metadata"]["namespace"], "b");
@@ -458,7 +478,8 @@ mod tests {
     #[test]
     fn update_carry_over_and_generation() {
         let old = json!({"metadata": {"name": "a", "uid": "u", "generation": 3, "resourceVersion": "7", "creationTimestamp": "t"}, "data": {"k": "v"}});
-        let mut same = json!({"metadata": {"name": "a", "resourceVersion": "7"}, "data": {"k": "v"}});
+        let mut same =
+            json!({"metadata": {"name": "a", "resourceVersion": "7"}, "data": {"k": "v"}});
         assert!(!carry_over_for_update(&old, &mut same));
         let mut changed = json!({"metadata": {"name": "a"}, "data": {"k": "w"}});
         assert!(carry_over_for_update(&old, &mut changed));

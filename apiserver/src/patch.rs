@@ -27,9 +27,7 @@ impl PatchKind {
             "application/merge-patch+json" => Ok(PatchKind::Merge),
             "application/strategic-merge-patch+json" => Ok(PatchKind::StrategicMerge),
             "application/json-patch+json" => Ok(PatchKind::Json),
-            "application/apply-patch+yaml" | "application/apply-patch+json" => {
-                Ok(PatchKind::Apply)
-            }
+            "application/apply-patch+yaml" | "application/apply-patch+json" => Ok(PatchKind::Apply),
             other => Err(ApiError::new(
                 Reason::UnsupportedMediaType,
                 format!(
@@ -80,9 +78,8 @@ pub fn apply(kind: PatchKind, mut doc: Value, body: &[u8]) -> Result<Value, ApiE
             Ok(doc)
         }
         PatchKind::Json => {
-            let patch: json_patch::Patch = serde_json::from_slice(body).map_err(|e| {
-                ApiError::bad_request(format!("error decoding patch: {e}"))
-            })?;
+            let patch: json_patch::Patch = serde_json::from_slice(body)
+                .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
             json_patch::patch(&mut doc, &patch).map_err(|e| {
                 ApiError::new(
                     Reason::Invalid,
@@ -101,8 +98,14 @@ mod tests {
 
     #[test]
     fn merge_strategic_and_json_patch() {
-        let doc = json!({"metadata": {"name": "a", "labels": {"x": "1", "y": "2"}}, "data": {"k": "v"}});
-        let out = apply(PatchKind::Merge, doc.clone(), br#"{"metadata":{"labels":{"y":null,"z":"3"}}}"#).unwrap();
+        let doc =
+            json!({"metadata": {"name": "a", "labels": {"x": "1", "y": "2"}}, "data": {"k": "v"}});
+        let out = apply(
+            PatchKind::Merge,
+            doc.clone(),
+            br#"{"metadata":{"labels":{"y":null,"z":"3"}}}"#,
+        )
+        .unwrap();
         assert_eq!(out["metadata"]["labels"], json!({"x": "1", "z": "3"}));
         let out = apply(
             PatchKind::StrategicMerge,
@@ -112,11 +115,26 @@ mod tests {
         .unwrap();
         assert_eq!(out["data"]["k"], "w");
         assert!(out.get("$setElementOrder/containers").is_none());
-        let out = apply(PatchKind::Json, doc.clone(), br#"[{"op":"replace","path":"/data/k","value":"j"}]"#).unwrap();
+        let out = apply(
+            PatchKind::Json,
+            doc.clone(),
+            br#"[{"op":"replace","path":"/data/k","value":"j"}]"#,
+        )
+        .unwrap();
         assert_eq!(out["data"]["k"], "j");
-        let e = apply(PatchKind::Json, doc.clone(), br#"[{"op":"remove","path":"/nope"}]"#).unwrap_err();
+        let e = apply(
+            PatchKind::Json,
+            doc.clone(),
+            br#"[{"op":"remove","path":"/nope"}]"#,
+        )
+        .unwrap_err();
         assert_eq!(e.code, 422);
         assert_eq!(apply(PatchKind::Merge, doc, b"{bad").unwrap_err().code, 400);
-        assert_eq!(PatchKind::from_content_type(Some("text/plain")).unwrap_err().code, 415);
+        assert_eq!(
+            PatchKind::from_content_type(Some("text/plain"))
+                .unwrap_err()
+                .code,
+            415
+        );
     }
 }

@@ -65,7 +65,10 @@ impl ContinueToken {
         let wire = TokenWire {
             v: "meta.k8s.io/v1".into(),
             rv: self.rv,
-            start: format!("{}/{}\u{0}", self.start_after.namespace, self.start_after.name),
+            start: format!(
+                "{}/{}\u{0}",
+                self.start_after.namespace, self.start_after.name
+            ),
         };
         let json = serde_json::to_vec(&wire).unwrap_or_default();
         URL_SAFE_NO_PAD.encode(json)
@@ -83,7 +86,9 @@ impl ContinueToken {
             return Err(bad("server does not recognize this encoded key"));
         }
         if wire.rv == 0 {
-            return Err(bad("incorrect encoded start resourceVersion (version meta.k8s.io/v1)"));
+            return Err(bad(
+                "incorrect encoded start resourceVersion (version meta.k8s.io/v1)",
+            ));
         }
         let start = wire.start.trim_end_matches('\u{0}');
         let (ns, name) = start
@@ -173,7 +178,9 @@ impl Query {
             Some(other) => {
                 return Err(list_options_invalid(
                     "resourceVersionMatch",
-                    &format!("Unsupported value: \"{other}\": supported values: \"Exact\", \"NotOlderThan\""),
+                    &format!(
+                        "Unsupported value: \"{other}\": supported values: \"Exact\", \"NotOlderThan\""
+                    ),
                 ));
             }
         };
@@ -181,7 +188,9 @@ impl Query {
             None | Some("") => None,
             Some(s) => {
                 let n: i64 = s.parse().map_err(|_| {
-                    ApiError::bad_request(format!("limit: Invalid value: \"{s}\": must be an integer"))
+                    ApiError::bad_request(format!(
+                        "limit: Invalid value: \"{s}\": must be an integer"
+                    ))
                 })?;
                 (n > 0).then_some(n as usize)
             }
@@ -332,7 +341,9 @@ mod tests {
         let q = Query::parse(Some("resourceVersion=0")).unwrap();
         assert_eq!(q.list_at(), ListAt::Current { not_older_than: 0 });
         assert_eq!(
-            Query::parse(Some("resourceVersionMatch=Exact")).unwrap_err().code,
+            Query::parse(Some("resourceVersionMatch=Exact"))
+                .unwrap_err()
+                .code,
             422
         );
         assert_eq!(
@@ -341,9 +352,15 @@ mod tests {
                 .code,
             422
         );
-        assert_eq!(Query::parse(Some("resourceVersion=abc")).unwrap_err().code, 400);
+        assert_eq!(
+            Query::parse(Some("resourceVersion=abc")).unwrap_err().code,
+            400
+        );
         assert_eq!(Query::parse(Some("limit=x")).unwrap_err().code, 400);
-        assert_eq!(Query::parse(Some("labelSelector=a%20b")).unwrap_err().code, 400);
+        assert_eq!(
+            Query::parse(Some("labelSelector=a%20b")).unwrap_err().code,
+            400
+        );
         let tok = ContinueToken {
             rv: 9,
             start_after: ObjKey::new("a", "b"),

@@ -141,7 +141,8 @@ impl Registry {
         version: &str,
         plural: &str,
     ) -> Option<(usize, &ResourceType)> {
-        self.get(group, plural).filter(|(_, t)| t.version == version)
+        self.get(group, plural)
+            .filter(|(_, t)| t.version == version)
     }
 
     /// Whether a group/version pair is served.
@@ -308,7 +309,6 @@ impl Registry {
         }))
     }
 }
-
 
 fn group_doc(group: &str, versions: &[String]) -> Value {
     let vs: Vec<Value> = versions

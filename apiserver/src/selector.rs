@@ -35,8 +35,12 @@ impl Requirement {
             LabelOp::DoesNotExist => value.is_none(),
             LabelOp::In(vs) => value.is_some_and(|v| vs.contains(v)),
             LabelOp::NotIn(vs) => value.is_none_or(|v| !vs.contains(v)),
-            LabelOp::Gt(n) => value.and_then(|v| v.parse::<i64>().ok()).is_some_and(|v| v > *n),
-            LabelOp::Lt(n) => value.and_then(|v| v.parse::<i64>().ok()).is_some_and(|v| v < *n),
+            LabelOp::Gt(n) => value
+                .and_then(|v| v.parse::<i64>().ok())
+                .is_some_and(|v| v > *n),
+            LabelOp::Lt(n) => value
+                .and_then(|v| v.parse::<i64>().ok())
+                .is_some_and(|v| v < *n),
         }
     }
 }
@@ -183,7 +187,9 @@ impl Parser {
                 }
                 Ok(k)
             }
-            other => Err(SelectorError(format!("found '{other:?}', expected: identifier"))),
+            other => Err(SelectorError(format!(
+                "found '{other:?}', expected: identifier"
+            ))),
         }
     }
 
@@ -200,7 +206,9 @@ impl Parser {
                 }
                 Ok(v)
             }
-            other => Err(SelectorError(format!("found '{other:?}', expected: identifier"))),
+            other => Err(SelectorError(format!(
+                "found '{other:?}', expected: identifier"
+            ))),
         }
     }
 
@@ -265,9 +273,11 @@ impl Parser {
             Some(Token::Gt) | Some(Token::Lt) => {
                 let gt = self.next() == Some(Token::Gt);
                 let v = self.value()?;
-                let n: i64 = v
-                    .parse()
-                    .map_err(|_| SelectorError(format!("for 'Gt', 'Lt' operators, the value must be an integer: {v}")))?;
+                let n: i64 = v.parse().map_err(|_| {
+                    SelectorError(format!(
+                        "for 'Gt', 'Lt' operators, the value must be an integer: {v}"
+                    ))
+                })?;
                 if gt { LabelOp::Gt(n) } else { LabelOp::Lt(n) }
             }
             Some(Token::Ident(word)) if word == "in" => {
@@ -305,7 +315,9 @@ impl LabelSelector {
                 None => break,
                 Some(Token::Comma) => {
                     if p.peek().is_none() {
-                        return Err(SelectorError("found '', expected: identifier after ','".into()));
+                        return Err(SelectorError(
+                            "found '', expected: identifier after ','".into(),
+                        ));
                     }
                 }
                 Some(other) => {
@@ -415,9 +427,7 @@ impl FieldSelector {
                 "metadata.name" => Field::Name,
                 "metadata.namespace" => Field::Namespace,
                 other => {
-                    return Err(SelectorError(format!(
-                        "field label not supported: {other}"
-                    )));
+                    return Err(SelectorError(format!("field label not supported: {other}")));
                 }
             };
             terms.push(FieldTerm {
@@ -461,7 +471,10 @@ mod tests {
     use super::*;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -471,15 +484,31 @@ mod tests {
         assert!(LabelSelector::parse("app==web").unwrap().matches(&l));
         assert!(!LabelSelector::parse("app!=web").unwrap().matches(&l));
         assert!(LabelSelector::parse("missing!=x").unwrap().matches(&l));
-        assert!(LabelSelector::parse("app=web, tier=front").unwrap().matches(&l));
-        assert!(!LabelSelector::parse("app=web,tier=back").unwrap().matches(&l));
+        assert!(
+            LabelSelector::parse("app=web, tier=front")
+                .unwrap()
+                .matches(&l)
+        );
+        assert!(
+            !LabelSelector::parse("app=web,tier=back")
+                .unwrap()
+                .matches(&l)
+        );
     }
 
     #[test]
     fn set_based() {
         let l = labels(&[("env", "prod")]);
-        assert!(LabelSelector::parse("env in (prod, dev)").unwrap().matches(&l));
-        assert!(!LabelSelector::parse("env notin (prod,dev)").unwrap().matches(&l));
+        assert!(
+            LabelSelector::parse("env in (prod, dev)")
+                .unwrap()
+                .matches(&l)
+        );
+        assert!(
+            !LabelSelector::parse("env notin (prod,dev)")
+                .unwrap()
+                .matches(&l)
+        );
         assert!(LabelSelector::parse("other notin (x)").unwrap().matches(&l));
         assert!(LabelSelector::parse("env").unwrap().matches(&l));
         assert!(!LabelSelector::parse("!env").unwrap().matches(&l));

@@ -126,7 +126,11 @@ fn not_found_path() -> ApiError {
 }
 
 fn parse_target(state: &AppState, path: &str) -> Result<Target, ApiError> {
-    let segs: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
+    let segs: Vec<&str> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
     let reg = state.store.registry();
     match segs.as_slice() {
         ["api"] => Ok(Target::Doc(reg.api_versions(&state.addr.to_string()))),
@@ -155,7 +159,12 @@ fn parse_target(state: &AppState, path: &str) -> Result<Target, ApiError> {
     }
 }
 
-fn resource_target(state: &AppState, group: &str, version: &str, rest: &[&str]) -> Result<Target, ApiError> {
+fn resource_target(
+    state: &AppState,
+    group: &str,
+    version: &str,
+    rest: &[&str],
+) -> Result<Target, ApiError> {
     let reg = state.store.registry();
     let (watch_path, rest) = match rest {
         ["watch", tail @ ..] => (true, tail),
@@ -226,7 +235,12 @@ async fn api_inner(state: &Arc<AppState>, req: Request) -> Result<Response, ApiE
     let (res, namespace, name, subresource, watch_path) = match target {
         Target::Doc(doc) => {
             if method != Method::GET {
-                return Err(ApiError::new(Reason::MethodNotAllowed, format!("the server does not allow this method on the requested resource ({method})")));
+                return Err(ApiError::new(
+                    Reason::MethodNotAllowed,
+                    format!(
+                        "the server does not allow this method on the requested resource ({method})"
+                    ),
+                ));
             }
             return Ok(json_response(StatusCode::OK, &doc));
         }
@@ -253,7 +267,10 @@ async fn api_inner(state: &Arc<AppState>, req: Request) -> Result<Response, ApiE
     let mut query = Query::parse(req.uri().query())?;
     query.watch |= watch_path;
     if watch_path && method != Method::GET {
-        return Err(ApiError::new(Reason::MethodNotAllowed, "watch paths only accept GET"));
+        return Err(ApiError::new(
+            Reason::MethodNotAllowed,
+            "watch paths only accept GET",
+        ));
     }
     let verb = verb_for(&method, name.is_some(), query.watch).ok_or_else(|| {
         ApiError::new(
@@ -283,7 +300,10 @@ async fn api_inner(state: &Arc<AppState>, req: Request) -> Result<Response, ApiE
         }
         (Verb::Create, None) => {
             if rt.namespaced && ns.is_none() {
-                return Err(ApiError::new(Reason::MethodNotAllowed, "create requires a namespace in the path for namespaced resources"));
+                return Err(ApiError::new(
+                    Reason::MethodNotAllowed,
+                    "create requires a namespace in the path for namespaced resources",
+                ));
             }
             let body = read_json(state, req).await?;
             let rec = state.store.create(res, ns, body, query.dry_run)?;
@@ -291,7 +311,9 @@ async fn api_inner(state: &Arc<AppState>, req: Request) -> Result<Response, ApiE
         }
         (Verb::Update, Some(name)) => {
             let body = read_json(state, req).await?;
-            let rec = state.store.update(res, ns, Some(&name), body, query.dry_run)?;
+            let rec = state
+                .store
+                .update(res, ns, Some(&name), body, query.dry_run)?;
             Ok(bytes_response(StatusCode::OK, rec.json.clone()))
         }
         (Verb::Patch, Some(name)) => {
@@ -309,10 +331,15 @@ async fn api_inner(state: &Arc<AppState>, req: Request) -> Result<Response, ApiE
             }
             let body = read_body(state, req).await?;
             let k = key(&rt, ns, &name);
-            match state.store.modify(res, &k, query.dry_run, |doc| patch::apply(kind, doc, &body)) {
+            match state
+                .store
+                .modify(res, &k, query.dry_run, |doc| patch::apply(kind, doc, &body))
+            {
                 Err(e) if e.reason == Reason::NotFound && kind == PatchKind::Apply => {
                     let mut obj: Value = serde_json::from_slice(&body).map_err(|e| {
-                        ApiError::bad_request(format!("error decoding apply patch (only JSON is supported): {e}"))
+                        ApiError::bad_request(format!(
+                            "error decoding apply patch (only JSON is supported): {e}"
+                        ))
                     })?;
                     if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
                         meta.insert("name".into(), Value::String(name.clone()));
@@ -362,8 +389,10 @@ async fn api_inner(state: &Arc<AppState>, req: Request) -> Result<Response, ApiE
 }
 
 fn with_json_type(mut resp: Response) -> Response {
-    resp.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     resp
 }
 
@@ -375,7 +404,12 @@ fn key(rt: &ResourceType, ns: Option<&str>, name: &str) -> ObjKey {
     }
 }
 
-fn object_response(code: StatusCode, rt: &ResourceType, rec: &ObjectRecord, table: bool) -> Response {
+fn object_response(
+    code: StatusCode,
+    rt: &ResourceType,
+    rec: &ObjectRecord,
+    table: bool,
+) -> Response {
     if table {
         return json_response(code, &table::object_table(rt, rec));
     }
@@ -404,10 +438,16 @@ async fn read_json(state: &AppState, req: Request) -> Result<Value, ApiError> {
         .and_then(|v| v.to_str().ok())
         .unwrap_or("application/json")
         .to_string();
-    if ct.contains("yaml") || ct.contains("protobuf") {
+    if ct.starts_with(crate::protobuf::PROTOBUF) {
+        let body = read_body(state, req).await?;
+        return crate::protobuf::decode(&body);
+    }
+    if ct.contains("yaml") || ct.contains("protobuf") || ct.contains("cbor") {
         return Err(ApiError::new(
             Reason::UnsupportedMediaType,
-            format!("the body of the request was in an unknown format - accepted media types include: application/json (got \"{ct}\")"),
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json (got \"{ct}\")"
+            ),
         ));
     }
     let body = read_body(state, req).await?;
@@ -429,7 +469,10 @@ fn delete_options(body: &[u8]) -> Result<(DeletePreconditions, bool), ApiError> 
         .and_then(|p| p.get("uid"))
         .and_then(Value::as_str)
         .map(str::to_string);
-    let resource_version = match pre.and_then(|p| p.get("resourceVersion")).and_then(Value::as_str) {
+    let resource_version = match pre
+        .and_then(|p| p.get("resourceVersion"))
+        .and_then(Value::as_str)
+    {
         Some(s) => Some(s.parse::<u64>().map_err(|_| {
             ApiError::bad_request(format!("invalid resourceVersion precondition: {s}"))
         })?),
@@ -439,7 +482,13 @@ fn delete_options(body: &[u8]) -> Result<(DeletePreconditions, bool), ApiError> 
         .get("dryRun")
         .and_then(Value::as_array)
         .is_some_and(|a| !a.is_empty());
-    Ok((DeletePreconditions { uid, resource_version }, dry))
+    Ok((
+        DeletePreconditions {
+            uid,
+            resource_version,
+        },
+        dry,
+    ))
 }
 
 /// Wait (bounded by the configured too-large-RV wait) for the RV to reach `rv`.
@@ -447,10 +496,17 @@ async fn ensure_rv(state: &AppState, rv: u64) -> Result<(), ApiError> {
     if rv <= state.store.current_rv() {
         return Ok(());
     }
-    if state.store.wait_for_rv(rv, state.config.too_large_rv_wait).await {
+    if state
+        .store
+        .wait_for_rv(rv, state.config.too_large_rv_wait)
+        .await
+    {
         Ok(())
     } else {
-        Err(ApiError::too_large_resource_version(rv, state.store.current_rv()))
+        Err(ApiError::too_large_resource_version(
+            rv,
+            state.store.current_rv(),
+        ))
     }
 }
 
@@ -484,7 +540,13 @@ async fn list(
     if table {
         return Ok(json_response(
             StatusCode::OK,
-            &table::list_table(rt, &page.items, page.rv, page.continue_token.as_deref(), page.remaining),
+            &table::list_table(
+                rt,
+                &page.items,
+                page.rv,
+                page.continue_token.as_deref(),
+                page.remaining,
+            ),
         ));
     }
     let body = list_body(
@@ -624,7 +686,9 @@ async fn admin_fault(
     };
     let fb = match parsed {
         Ok(fb) => fb,
-        Err(e) => return error_response(&ApiError::bad_request(format!("invalid fault body: {e}"))),
+        Err(e) => {
+            return error_response(&ApiError::bad_request(format!("invalid fault body: {e}")));
+        }
     };
     let f = &state.faults;
     match name.as_str() {

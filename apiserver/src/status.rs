@@ -222,9 +222,7 @@ impl ApiError {
 
     /// The message of the 410 a watch gets for a start RV older than history.
     pub fn too_old_resource_version(requested: u64, oldest: u64) -> Self {
-        Self::expired(format!(
-            "too old resource version: {requested} ({oldest})"
-        ))
+        Self::expired(format!("too old resource version: {requested} ({oldest})"))
     }
 
     /// The `Status` object for this error.
@@ -277,11 +275,17 @@ mod tests {
         assert_eq!(s["details"]["name"], "x");
         let s = ApiError::too_large_resource_version(99, 5).to_status();
         assert_eq!(s["code"], 504);
-        assert_eq!(s["details"]["causes"][0]["reason"], "ResourceVersionTooLarge");
+        assert_eq!(
+            s["details"]["causes"][0]["reason"],
+            "ResourceVersionTooLarge"
+        );
         assert_eq!(
             s["message"],
             "Timeout: Too large resource version: 99, current: 5"
         );
-        assert_eq!(ApiError::already_exists("example.com", "widgets", "w").message, "widgets.example.com \"w\" already exists");
+        assert_eq!(
+            ApiError::already_exists("example.com", "widgets", "w").message,
+            "widgets.example.com \"w\" already exists"
+        );
     }
 }

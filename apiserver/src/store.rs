@@ -276,6 +276,33 @@ impl Store {
         Ok(record)
     }
 
+    /// Create an object whose JSON the caller renders for the assigned RV (fast seeding path:
+    /// no parsing or validation; the caller guarantees a well-formed object for `key`).
+    pub fn create_rendered(
+        &self,
+        res: usize,
+        key: ObjKey,
+        labels: BTreeMap<String, String>,
+        uid: String,
+        render: impl FnOnce(u64) -> Vec<u8>,
+    ) -> Result<Arc<ObjectRecord>, ApiError> {
+        let rt = self.rt(res)?;
+        let mut inner = self.inner.lock();
+        if inner.objects.get(res).is_some_and(|m| m.contains_key(&key)) {
+            return Err(ApiError::already_exists(&rt.group, &rt.plural, &key.name));
+        }
+        let rv = inner.rv + 1;
+        let record = Arc::new(ObjectRecord {
+            key,
+            uid,
+            rv,
+            labels,
+            json: bytes::Bytes::from(render(rv)),
+        });
+        self.commit(&mut inner, res, EventKind::Added, record.clone(), None);
+        Ok(record)
+    }
+
     /// Replace an object (PUT). A `metadata.resourceVersion` in the body must match (else 409);
     /// without one the update is unconditional. `url_name` is the name in the path, if any.
     pub fn update(
@@ -378,7 +405,13 @@ impl Store {
         set_resource_version(&mut new, rv);
         let record = Arc::new(ObjectRecord::from_value(key.clone(), &new)?);
         if !dry_run {
-            self.commit(&mut inner, res, EventKind::Modified, record.clone(), Some(existing));
+            self.commit(
+                &mut inner,
+                res,
+                EventKind::Modified,
+                record.clone(),
+                Some(existing),
+            );
         }
         Ok(record)
     }
@@ -421,7 +454,13 @@ impl Store {
         let rv = inner.rv + 1;
         let final_state = Arc::new(existing.restamped(rv)?);
         if !dry_run {
-            self.commit(&mut inner, res, EventKind::Deleted, final_state.clone(), Some(existing));
+            self.commit(
+                &mut inner,
+                res,
+                EventKind::Deleted,
+                final_state.clone(),
+                Some(existing),
+            );
         }
         Ok(final_state)
     }
@@ -594,7 +633,10 @@ impl Store {
                 if rv > current {
                     return Err(WatchRegisterError::TooLarge { current });
                 }
-                let events = inner.history.since(rv).map_err(WatchRegisterError::TooOld)?;
+                let events = inner
+                    .history
+                    .since(rv)
+                    .map_err(WatchRegisterError::TooOld)?;
                 replay.extend(
                     events
                         .filter(|e| e.resource == res)
@@ -715,13 +757,17 @@ mod tests {
         assert_eq!(s.current_rv(), b.rv);
         let mut stale = cm("a", "y");
         stale["metadata"]["resourceVersion"] = json!("1");
-        let e = s.update(res, Some("ns"), Some("a"), stale, false).unwrap_err();
+        let e = s
+            .update(res, Some("ns"), Some("a"), stale, false)
+            .unwrap_err();
         assert_eq!(e.reason, Reason::Conflict);
         let e = s.create(res, Some("ns"), cm("a", "x"), false).unwrap_err();
         assert_eq!(e.reason, Reason::AlreadyExists);
         // a no-op update writes nothing
         let before = s.current_rv();
-        let same = s.update(res, Some("ns"), Some("a"), a.to_value(), false).unwrap();
+        let same = s
+            .update(res, Some("ns"), Some("a"), a.to_value(), false)
+            .unwrap();
         assert_eq!(same.rv, a.rv);
         assert_eq!(s.current_rv(), before);
     }
@@ -730,15 +776,21 @@ mod tests {
     fn pagination_is_consistent_at_the_first_page_rv() {
         let (s, res) = store(100);
         for i in 0..5 {
-            s.create(res, Some("ns"), cm(&format!("c{i}"), "x"), false).unwrap();
+            s.create(res, Some("ns"), cm(&format!("c{i}"), "x"), false)
+                .unwrap();
         }
         let p1 = s.list(res, &all(), None, Some(2), None).unwrap();
         assert_eq!(p1.items.len(), 2);
         assert_eq!(p1.remaining, Some(3));
         let tok = ContinueToken::decode(p1.continue_token.as_deref().unwrap()).unwrap();
         // changes after the first page are invisible to later pages
-        s.delete(res, &ObjKey::new("ns", "c3"), &DeletePreconditions::default(), false)
-            .unwrap();
+        s.delete(
+            res,
+            &ObjKey::new("ns", "c3"),
+            &DeletePreconditions::default(),
+            false,
+        )
+        .unwrap();
         s.create(res, Some("ns"), cm("c9", "x"), false).unwrap();
         s.update(res, Some("ns"), Some("c2"), cm("c2", "changed"), false)
             .unwrap();
@@ -755,7 +807,8 @@ mod tests {
     fn exact_list_older_than_history_is_expired() {
         let (s, res) = store(2);
         for i in 0..5 {
-            s.create(res, Some("ns"), cm(&format!("c{i}"), "x"), false).unwrap();
+            s.create(res, Some("ns"), cm(&format!("c{i}"), "x"), false)
+                .unwrap();
         }
         let e = s.list(res, &all(), Some(2), None, None).unwrap_err();
         assert_eq!(e.code, 410);
@@ -792,7 +845,8 @@ mod tests {
         let (s, res) = store(1000);
         let reg = s.register_watch(res, None, WatchStart::Now).unwrap();
         for i in 0..40 {
-            s.create(res, Some("ns"), cm(&format!("c{i}"), "x"), false).unwrap();
+            s.create(res, Some("ns"), cm(&format!("c{i}"), "x"), false)
+                .unwrap();
         }
         assert!(reg.shared.overflowed.load(Ordering::SeqCst));
         assert_eq!(s.watcher_count(), 0);
@@ -803,10 +857,13 @@ mod tests {
         let (s, res) = store(3);
         let start = s.current_rv();
         s.create(res, Some("ns"), cm("a", "x"), false).unwrap();
-        let reg = s.register_watch(res, None, WatchStart::After(start)).unwrap();
+        let reg = s
+            .register_watch(res, None, WatchStart::After(start))
+            .unwrap();
         assert_eq!(reg.replay.len(), 1);
         for i in 0..5 {
-            s.create(res, Some("ns"), cm(&format!("c{i}"), "x"), false).unwrap();
+            s.create(res, Some("ns"), cm(&format!("c{i}"), "x"), false)
+                .unwrap();
         }
         assert!(matches!(
             s.register_watch(res, None, WatchStart::After(start)),

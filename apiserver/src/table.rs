@@ -20,7 +20,9 @@ fn age(created: Option<&str>) -> String {
 }
 
 fn columns(rt: &ResourceType) -> Vec<Value> {
-    let mut cols = vec![json!({"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a namespace.", "priority": 0})];
+    let mut cols = vec![
+        json!({"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a namespace.", "priority": 0}),
+    ];
     if rt.group.is_empty() && rt.plural == "configmaps" {
         cols.push(json!({"name": "Data", "type": "string", "format": "", "description": "Number of data entries.", "priority": 0}));
     }

@@ -110,7 +110,9 @@ impl WatchStream {
     }
 
     /// The HTTP body stream.
-    pub fn into_body_stream(self) -> impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
+    pub fn into_body_stream(
+        self,
+    ) -> impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
         futures::stream::unfold(self, |mut s| async move {
             let chunk = s.next_chunk().await?;
             Some((Ok(chunk), s))
@@ -130,7 +132,9 @@ impl WatchStream {
     }
 
     fn close_limit_reached(&self, state: &WatchFaultState) -> bool {
-        state.close_after_events.is_some_and(|n| self.sent_events >= n)
+        state
+            .close_after_events
+            .is_some_and(|n| self.sent_events >= n)
     }
 
     /// Encode one event for this watcher (selector transitions included); returns whether a line was written.
@@ -208,7 +212,10 @@ impl WatchStream {
 
     fn overflow_error(&self) -> Bytes {
         let oldest = self.store.history_stats().1 + 1;
-        error_line(&ApiError::too_old_resource_version(self.last_rv, oldest.max(self.last_rv + 1)).to_status())
+        error_line(
+            &ApiError::too_old_resource_version(self.last_rv, oldest.max(self.last_rv + 1))
+                .to_status(),
+        )
     }
 
     async fn next_chunk(&mut self) -> Option<Bytes> {
@@ -248,7 +255,10 @@ impl WatchStream {
             if !buf.is_empty() {
                 return Some(buf.freeze());
             }
-            if self.shared.overflowed.load(Ordering::SeqCst) && self.rx.is_closed() && self.rx.is_empty() {
+            if self.shared.overflowed.load(Ordering::SeqCst)
+                && self.rx.is_closed()
+                && self.rx.is_empty()
+            {
                 self.finished = true;
                 return Some(self.overflow_error());
             }
@@ -303,6 +313,8 @@ impl WatchStream {
 }
 
 /// A body with one ERROR event (the answer to a watch from a compacted RV).
-pub fn single_error_stream(err: &ApiError) -> impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
+pub fn single_error_stream(
+    err: &ApiError,
+) -> impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
     futures::stream::iter(std::iter::once(Ok(error_line(&err.to_status()))))
 }

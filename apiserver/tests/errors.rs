@@ -33,7 +33,13 @@ async fn create_errors() {
     assert_eq!(s["message"], "configmaps \"a\" already exists");
     assert_eq!(s["details"]["name"], "a");
 
-    let bad = request("POST", &url, Some("application/json"), "{\"kind\": \"ConfigMap\", ").await;
+    let bad = request(
+        "POST",
+        &url,
+        Some("application/json"),
+        "{\"kind\": \"ConfigMap\", ",
+    )
+    .await;
     assert_status(&bad, 400, "BadRequest");
 
     let no_name = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {}});
@@ -41,13 +47,21 @@ async fn create_errors() {
     assert_eq!(s["details"]["causes"][0]["field"], "metadata.name");
 
     let secrets = format!("{}/api/v1/namespaces/default/secrets", server.url());
-    assert_status(&post_json(&secrets, &cm("wrong", &[])).await, 400, "BadRequest");
+    assert_status(
+        &post_json(&secrets, &cm("wrong", &[])).await,
+        400,
+        "BadRequest",
+    );
 
     let mut other_ns = cm("b", &[]);
     other_ns["metadata"]["namespace"] = json!("elsewhere");
     assert_status(&post_json(&url, &other_ns).await, 400, "BadRequest");
 
-    assert_status(&post_json(&url, &cm("Not_Valid", &[])).await, 422, "Invalid");
+    assert_status(
+        &post_json(&url, &cm("Not_Valid", &[])).await,
+        422,
+        "Invalid",
+    );
     assert_status(&post_json(&url, &json!([1, 2])).await, 400, "BadRequest");
     let bad_labels = json!({"metadata": {"name": "c", "labels": {"a": 5}}});
     assert_status(&post_json(&url, &bad_labels).await, 400, "BadRequest");
@@ -77,68 +91,176 @@ async fn get_update_patch_delete_errors() {
     assert_eq!(s["message"], "configmaps \"missing\" not found");
 
     let created = post_json(&base, &cm("a", &[])).await.json();
-    let rv = created["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+    let rv = created["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let mut v1 = created.clone();
     v1["data"]["key"] = json!("v1");
-    let a = request("PUT", &format!("{base}/a"), Some("application/json"), v1.to_string()).await;
+    let a = request(
+        "PUT",
+        &format!("{base}/a"),
+        Some("application/json"),
+        v1.to_string(),
+    )
+    .await;
     assert_eq!(a.status, 200);
     assert_ne!(a.json()["metadata"]["resourceVersion"], json!(rv));
     // the same body again carries the now stale resourceVersion
-    let a = request("PUT", &format!("{base}/a"), Some("application/json"), v1.to_string()).await;
+    let a = request(
+        "PUT",
+        &format!("{base}/a"),
+        Some("application/json"),
+        v1.to_string(),
+    )
+    .await;
     let s = assert_status(&a, 409, "Conflict");
-    assert!(s["message"].as_str().unwrap().contains("the object has been modified"));
+    assert!(
+        s["message"]
+            .as_str()
+            .unwrap()
+            .contains("the object has been modified")
+    );
 
     // name mismatch between body and URL
-    let a = request("PUT", &format!("{base}/other"), Some("application/json"), cm("a", &[]).to_string()).await;
+    let a = request(
+        "PUT",
+        &format!("{base}/other"),
+        Some("application/json"),
+        cm("a", &[]).to_string(),
+    )
+    .await;
     assert_status(&a, 400, "BadRequest");
     // PUT of a missing object
-    let a = request("PUT", &format!("{base}/ghost"), Some("application/json"), cm("ghost", &[]).to_string()).await;
+    let a = request(
+        "PUT",
+        &format!("{base}/ghost"),
+        Some("application/json"),
+        cm("ghost", &[]).to_string(),
+    )
+    .await;
     assert_status(&a, 404, "NotFound");
 
     for (ct, body) in [
         ("application/merge-patch+json", r#"{"data":{"m":"1"}}"#),
-        ("application/strategic-merge-patch+json", r#"{"data":{"s":"1"}}"#),
-        ("application/json-patch+json", r#"[{"op":"add","path":"/data/j","value":"1"}]"#),
+        (
+            "application/strategic-merge-patch+json",
+            r#"{"data":{"s":"1"}}"#,
+        ),
+        (
+            "application/json-patch+json",
+            r#"[{"op":"add","path":"/data/j","value":"1"}]"#,
+        ),
     ] {
         let a = request("PATCH", &format!("{base}/a"), Some(ct), body).await;
         assert_eq!(a.status, 200, "{ct}: {}", String::from_utf8_lossy(&a.body));
     }
     let now = server.get("", "configmaps", Some("default"), "a").unwrap();
-    assert_eq!(now["data"], json!({"key": "v1", "m": "1", "s": "1", "j": "1"}));
+    assert_eq!(
+        now["data"],
+        json!({"key": "v1", "m": "1", "s": "1", "j": "1"})
+    );
 
     let a = request("PATCH", &format!("{base}/a"), Some("text/plain"), "{}").await;
     assert_status(&a, 415, "UnsupportedMediaType");
-    let a = request("PATCH", &format!("{base}/a"), Some("application/merge-patch+json"), "{nope").await;
+    let a = request(
+        "PATCH",
+        &format!("{base}/a"),
+        Some("application/merge-patch+json"),
+        "{nope",
+    )
+    .await;
     assert_status(&a, 400, "BadRequest");
-    let a = request("PATCH", &format!("{base}/a"), Some("application/json-patch+json"), r#"[{"op":"remove","path":"/nope"}]"#).await;
+    let a = request(
+        "PATCH",
+        &format!("{base}/a"),
+        Some("application/json-patch+json"),
+        r#"[{"op":"remove","path":"/nope"}]"#,
+    )
+    .await;
     assert_status(&a, 422, "Invalid");
-    let a = request("PATCH", &format!("{base}/a"), Some("application/merge-patch+json"), r#"{"metadata":{"resourceVersion":"1"}}"#).await;
+    let a = request(
+        "PATCH",
+        &format!("{base}/a"),
+        Some("application/merge-patch+json"),
+        r#"{"metadata":{"resourceVersion":"1"}}"#,
+    )
+    .await;
     assert_status(&a, 409, "Conflict");
-    let a = request("PATCH", &format!("{base}/ghost"), Some("application/merge-patch+json"), "{}").await;
+    let a = request(
+        "PATCH",
+        &format!("{base}/ghost"),
+        Some("application/merge-patch+json"),
+        "{}",
+    )
+    .await;
     assert_status(&a, 404, "NotFound");
     // strategic merge is for built-in types only, like the real server
-    let widgets = format!("{}/apis/example.com/v1/namespaces/default/widgets", server.url());
-    assert_eq!(post_json(&widgets, &json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}})).await.status, 201);
-    let a = request("PATCH", &format!("{widgets}/w"), Some("application/strategic-merge-patch+json"), "{}").await;
+    let widgets = format!(
+        "{}/apis/example.com/v1/namespaces/default/widgets",
+        server.url()
+    );
+    assert_eq!(
+        post_json(
+            &widgets,
+            &json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}})
+        )
+        .await
+        .status,
+        201
+    );
+    let a = request(
+        "PATCH",
+        &format!("{widgets}/w"),
+        Some("application/strategic-merge-patch+json"),
+        "{}",
+    )
+    .await;
     assert_status(&a, 415, "UnsupportedMediaType");
 
     let a = request("DELETE", &format!("{base}/a"), None, "").await;
     assert_eq!(a.status, 200);
     assert_eq!(a.json()["metadata"]["name"], "a");
-    assert_status(&request("DELETE", &format!("{base}/a"), None, "").await, 404, "NotFound");
+    assert_status(
+        &request("DELETE", &format!("{base}/a"), None, "").await,
+        404,
+        "NotFound",
+    );
     // delete precondition
     let b = post_json(&base, &cm("b", &[])).await.json();
     let opts = json!({"preconditions": {"uid": "not-the-uid"}});
-    assert_status(&request("DELETE", &format!("{base}/b"), Some("application/json"), opts.to_string()).await, 409, "Conflict");
+    assert_status(
+        &request(
+            "DELETE",
+            &format!("{base}/b"),
+            Some("application/json"),
+            opts.to_string(),
+        )
+        .await,
+        409,
+        "Conflict",
+    );
     let opts = json!({"preconditions": {"uid": b["metadata"]["uid"]}});
-    assert_eq!(request("DELETE", &format!("{base}/b"), Some("application/json"), opts.to_string()).await.status, 200);
+    assert_eq!(
+        request(
+            "DELETE",
+            &format!("{base}/b"),
+            Some("application/json"),
+            opts.to_string()
+        )
+        .await
+        .status,
+        200
+    );
 }
 
 #[tokio::test]
 async fn list_errors_and_pagination() {
     let server = start().await;
     for i in 0..7 {
-        server.create("", "configmaps", Some("default"), cm(&format!("c{i}"), &[])).unwrap();
+        server
+            .create("", "configmaps", Some("default"), cm(&format!("c{i}"), &[]))
+            .unwrap();
     }
     let base = format!("{}/api/v1/namespaces/default/configmaps", server.url());
     let page = get(&format!("{base}?limit=3")).await.json();
@@ -146,42 +268,107 @@ async fn list_errors_and_pagination() {
     assert_eq!(page["items"].as_array().unwrap().len(), 3);
     assert_eq!(page["metadata"]["remainingItemCount"], 4);
     let token = page["metadata"]["continue"].as_str().unwrap().to_string();
-    let page2 = get(&format!("{base}?limit=3&continue={token}")).await.json();
+    let page2 = get(&format!("{base}?limit=3&continue={token}"))
+        .await
+        .json();
     assert_eq!(page2["items"][0]["metadata"]["name"], "c3");
-    assert_eq!(page2["metadata"]["resourceVersion"], page["metadata"]["resourceVersion"]);
+    assert_eq!(
+        page2["metadata"]["resourceVersion"],
+        page["metadata"]["resourceVersion"]
+    );
 
-    assert_status(&get(&format!("{base}?continue=garbage!")).await, 400, "BadRequest");
-    assert_status(&get(&format!("{base}?labelSelector=a%20b%20c")).await, 400, "BadRequest");
-    assert_status(&get(&format!("{base}?fieldSelector=spec.nodeName%3Dx")).await, 400, "BadRequest");
-    assert_status(&get(&format!("{base}?resourceVersionMatch=Exact")).await, 422, "Invalid");
-    assert_status(&get(&format!("{base}?resourceVersion=xyz")).await, 400, "BadRequest");
+    assert_status(
+        &get(&format!("{base}?continue=garbage!")).await,
+        400,
+        "BadRequest",
+    );
+    assert_status(
+        &get(&format!("{base}?labelSelector=a%20b%20c")).await,
+        400,
+        "BadRequest",
+    );
+    assert_status(
+        &get(&format!("{base}?fieldSelector=spec.nodeName%3Dx")).await,
+        400,
+        "BadRequest",
+    );
+    assert_status(
+        &get(&format!("{base}?resourceVersionMatch=Exact")).await,
+        422,
+        "Invalid",
+    );
+    assert_status(
+        &get(&format!("{base}?resourceVersion=xyz")).await,
+        400,
+        "BadRequest",
+    );
 
     // a resourceVersion from the future: the real "Too large resource version" answer after a wait
     let future = server.resource_version() + 1000;
     let t0 = Instant::now();
-    let a = get(&format!("{base}?resourceVersion={future}&resourceVersionMatch=NotOlderThan")).await;
+    let a = get(&format!(
+        "{base}?resourceVersion={future}&resourceVersionMatch=NotOlderThan"
+    ))
+    .await;
     let s = assert_status(&a, 504, "Timeout");
-    assert!(t0.elapsed() >= Duration::from_millis(250), "answered too early");
-    assert_eq!(s["details"]["causes"][0]["reason"], "ResourceVersionTooLarge");
+    assert!(
+        t0.elapsed() >= Duration::from_millis(250),
+        "answered too early"
+    );
+    assert_eq!(
+        s["details"]["causes"][0]["reason"],
+        "ResourceVersionTooLarge"
+    );
     assert_eq!(
         s["message"],
-        format!("Timeout: Too large resource version: {future}, current: {}", server.resource_version())
+        format!(
+            "Timeout: Too large resource version: {future}, current: {}",
+            server.resource_version()
+        )
     );
 
     // Exact at a past RV still in history works, and sees the past state
-    let old_rv: u64 = page["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
-    server.delete("", "configmaps", Some("default"), "c0").unwrap();
-    let exact = get(&format!("{base}?resourceVersion={old_rv}&resourceVersionMatch=Exact")).await.json();
+    let old_rv: u64 = page["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    server
+        .delete("", "configmaps", Some("default"), "c0")
+        .unwrap();
+    let exact = get(&format!(
+        "{base}?resourceVersion={old_rv}&resourceVersionMatch=Exact"
+    ))
+    .await
+    .json();
     assert_eq!(exact["items"].as_array().unwrap().len(), 7);
     assert_eq!(exact["metadata"]["resourceVersion"], old_rv.to_string());
 
     // after compaction: Exact and the old continue token get 410 Expired
     server.faults().compact();
-    let s = assert_status(&get(&format!("{base}?resourceVersion={old_rv}&resourceVersionMatch=Exact")).await, 410, "Expired");
+    let s = assert_status(
+        &get(&format!(
+            "{base}?resourceVersion={old_rv}&resourceVersionMatch=Exact"
+        ))
+        .await,
+        410,
+        "Expired",
+    );
     assert!(s["message"].as_str().unwrap().contains("too old"));
-    assert_status(&get(&format!("{base}?limit=3&continue={token}")).await, 410, "Expired");
+    assert_status(
+        &get(&format!("{base}?limit=3&continue={token}")).await,
+        410,
+        "Expired",
+    );
     // NotOlderThan an old RV is fine
-    assert_eq!(get(&format!("{base}?resourceVersion={old_rv}&resourceVersionMatch=NotOlderThan")).await.status, 200);
+    assert_eq!(
+        get(&format!(
+            "{base}?resourceVersion={old_rv}&resourceVersionMatch=NotOlderThan"
+        ))
+        .await
+        .status,
+        200
+    );
 }
 
 #[tokio::test]
@@ -189,7 +376,13 @@ async fn injected_failures() {
     let server = start().await;
     let base = format!("{}/api/v1/namespaces/default/configmaps", server.url());
     let faults = server.faults();
-    faults.fail_next(Verb::List, 1, Failure::TooManyRequests { retry_after_secs: 3 });
+    faults.fail_next(
+        Verb::List,
+        1,
+        Failure::TooManyRequests {
+            retry_after_secs: 3,
+        },
+    );
     let a = get(&base).await;
     let s = assert_status(&a, 429, "TooManyRequests");
     assert_eq!(a.headers.get("retry-after").unwrap(), "3");
@@ -203,13 +396,21 @@ async fn injected_failures() {
 
     // over the admin endpoint
     let admin = format!("{}/admin/faults/fail-next", server.url());
-    let a = post_json(&admin, &json!({"verb": "get", "count": 1, "failure": "too-many-requests", "retryAfterSeconds": 2})).await;
+    let a = post_json(
+        &admin,
+        &json!({"verb": "get", "count": 1, "failure": "too-many-requests", "retryAfterSeconds": 2}),
+    )
+    .await;
     assert_eq!(a.status, 200);
     assert_eq!(a.json()["pendingFailures"]["get"], 1);
     let a = get(&format!("{base}/x")).await;
     assert_status(&a, 429, "TooManyRequests");
     assert_eq!(a.headers.get("retry-after").unwrap(), "2");
-    let a = post_json(&format!("{}/admin/faults/nonsense", server.url()), &json!({})).await;
+    let a = post_json(
+        &format!("{}/admin/faults/nonsense", server.url()),
+        &json!({}),
+    )
+    .await;
     assert_status(&a, 404, "NotFound");
 
     // latency
@@ -227,11 +428,31 @@ async fn unknown_paths_and_methods() {
     assert_status(&get(&format!("{u}/api/v1/frobs")).await, 404, "NotFound");
     assert_status(&get(&format!("{u}/apis/nope.io/v1")).await, 404, "NotFound");
     assert_status(&get(&format!("{u}/openapi/v2")).await, 404, "NotFound");
-    assert_status(&get(&format!("{u}/api/v1/configmaps/x")).await, 404, "NotFound");
-    assert_status(&get(&format!("{u}/api/v1/namespaces/default/configmaps/x/scale")).await, 404, "NotFound");
-    let a = request("PUT", &format!("{u}/api/v1/namespaces/default/configmaps"), Some("application/json"), "{}").await;
+    assert_status(
+        &get(&format!("{u}/api/v1/configmaps/x")).await,
+        404,
+        "NotFound",
+    );
+    assert_status(
+        &get(&format!("{u}/api/v1/namespaces/default/configmaps/x/scale")).await,
+        404,
+        "NotFound",
+    );
+    let a = request(
+        "PUT",
+        &format!("{u}/api/v1/namespaces/default/configmaps"),
+        Some("application/json"),
+        "{}",
+    )
+    .await;
     assert_status(&a, 405, "MethodNotAllowed");
-    let a = request("POST", &format!("{u}/api/v1/namespaces/default/configmaps/x"), Some("application/json"), "{}").await;
+    let a = request(
+        "POST",
+        &format!("{u}/api/v1/namespaces/default/configmaps/x"),
+        Some("application/json"),
+        "{}",
+    )
+    .await;
     assert_status(&a, 405, "MethodNotAllowed");
 }
 
@@ -242,10 +463,19 @@ async fn discovery_documents() {
     assert_eq!(get(&format!("{u}/healthz")).await.body, "ok");
     assert_eq!(get(&format!("{u}/readyz")).await.status, 200);
     assert_eq!(get(&format!("{u}/version")).await.json()["major"], "1");
-    assert_eq!(get(&format!("{u}/api")).await.json()["versions"], json!(["v1"]));
+    assert_eq!(
+        get(&format!("{u}/api")).await.json()["versions"],
+        json!(["v1"])
+    );
     let core = get(&format!("{u}/api/v1")).await.json();
     assert_eq!(core["kind"], "APIResourceList");
-    assert!(core["resources"].as_array().unwrap().iter().any(|r| r["name"] == "configmaps" && r["namespaced"] == true));
+    assert!(
+        core["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["name"] == "configmaps" && r["namespaced"] == true)
+    );
     let groups = get(&format!("{u}/apis")).await.json();
     assert_eq!(groups["groups"][0]["name"], "example.com");
     let w = get(&format!("{u}/apis/example.com/v1")).await.json();

@@ -39,7 +39,10 @@ fn server_state(server: &ServerHandle) -> BTreeMap<String, String> {
         .map(|v| {
             (
                 v["metadata"]["name"].as_str().unwrap().to_string(),
-                v["metadata"]["resourceVersion"].as_str().unwrap().to_string(),
+                v["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
             )
         })
         .collect()
@@ -92,7 +95,14 @@ async fn converges(server: &ServerHandle, mirror: &Arc<Mutex<Mirror>>, what: &st
 async fn scenario(config: watcher::Config) {
     let server = start().await;
     for i in 0..30 {
-        server.create("", "configmaps", Some("churn"), cm(&format!("churn-{i:05}"), &[])).unwrap();
+        server
+            .create(
+                "",
+                "configmaps",
+                Some("churn"),
+                cm(&format!("churn-{i:05}"), &[]),
+            )
+            .unwrap();
     }
     let mirror = spawn_mirror(&server, config);
     converges(&server, &mirror, "initial list").await;
@@ -109,13 +119,22 @@ async fn scenario(config: watcher::Config) {
     });
     for _ in 0..5 {
         let before = churn.stats().total();
-        eventually(Duration::from_secs(10), "churn progress", || churn.stats().total() > before + 30 || churn.is_finished()).await;
+        eventually(Duration::from_secs(10), "churn progress", || {
+            churn.stats().total() > before + 30 || churn.is_finished()
+        })
+        .await;
         server.faults().close_all_watches();
     }
-    eventually(Duration::from_secs(20), "churn done", || churn.is_finished()).await;
+    eventually(Duration::from_secs(20), "churn done", || {
+        churn.is_finished()
+    })
+    .await;
     let stats = churn.stop();
     assert_eq!(stats.total(), 400);
-    assert!(stats.created > 0 && stats.updated > 0 && stats.deleted > 0, "{stats:?}");
+    assert!(
+        stats.created > 0 && stats.updated > 0 && stats.deleted > 0,
+        "{stats:?}"
+    );
     converges(&server, &mirror, "state after churn and forced closes").await;
     // forced closes resume from the last RV: no relist needed
     assert_eq!(mirror.lock().inits, 1, "closes should not force a relist");
@@ -130,7 +149,10 @@ async fn scenario(config: watcher::Config) {
         max_ops: Some(100),
         ..ChurnSpec::default()
     });
-    eventually(Duration::from_secs(20), "churn done", || churn.is_finished()).await;
+    eventually(Duration::from_secs(20), "churn done", || {
+        churn.is_finished()
+    })
+    .await;
     churn.stop();
     converges(&server, &mirror, "state after close-after-N").await;
     server.faults().close_watches_after(None);
@@ -138,7 +160,14 @@ async fn scenario(config: watcher::Config) {
     // compaction while the watcher is behind: its resume gets 410 and it relists
     server.faults().stall_watches(true);
     for i in 0..10 {
-        server.create("", "configmaps", Some("churn"), cm(&format!("late-{i}"), &[])).unwrap();
+        server
+            .create(
+                "",
+                "configmaps",
+                Some("churn"),
+                cm(&format!("late-{i}"), &[]),
+            )
+            .unwrap();
     }
     server.faults().compact();
     server.faults().close_all_watches();

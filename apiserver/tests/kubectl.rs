@@ -20,13 +20,17 @@ impl Kubectl {
             .output()
             .map(|o| o.status.success())
             .unwrap_or(false);
-        assert!(ok, "kubectl is required for these tests but was not found or does not run; install kubectl");
+        assert!(
+            ok,
+            "kubectl is required for these tests but was not found or does not run; install kubectl"
+        );
         let server = ApiServer::start_in_thread(ServerConfig {
             bookmark_interval: Duration::from_millis(200),
             ..ServerConfig::default()
         })
         .unwrap();
-        let cache = std::env::temp_dir().join(format!("kinformer-kubectl-cache-{}", server.addr().port()));
+        let cache =
+            std::env::temp_dir().join(format!("kinformer-kubectl-cache-{}", server.addr().port()));
         Kubectl { server, cache }
     }
 
@@ -66,7 +70,12 @@ impl Kubectl {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawning kubectl");
-        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
         let out = child.wait_with_output().unwrap();
         assert!(
             out.status.success(),
@@ -113,7 +122,10 @@ data:
 #[test]
 fn create_get_apply_patch_delete() {
     let k = Kubectl::start();
-    assert!(k.with_stdin(&["create", "-f", "-"], MANIFEST).contains("configmap/demo created"));
+    assert!(
+        k.with_stdin(&["create", "-f", "-"], MANIFEST)
+            .contains("configmap/demo created")
+    );
     let got = k.json(&["get", "configmap", "demo", "-n", "default"]);
     assert_eq!(got["data"]["greeting"], "hello");
     assert_eq!(got["metadata"]["labels"]["app"], "demo");
@@ -123,45 +135,118 @@ fn create_get_apply_patch_delete() {
     // apply: first on an existing object (annotation added), then a real change
     k.with_stdin(&["apply", "-f", "-"], MANIFEST);
     let changed = MANIFEST.replace("greeting: hello", "greeting: bonjour");
-    assert!(k.with_stdin(&["apply", "-f", "-"], &changed).contains("configured"));
+    assert!(
+        k.with_stdin(&["apply", "-f", "-"], &changed)
+            .contains("configured")
+    );
     let got = k.json(&["get", "cm", "demo", "-n", "default"]);
     assert_eq!(got["data"]["greeting"], "bonjour");
-    assert!(got["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"].is_string());
+    assert!(
+        got["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"]
+            .is_string()
+    );
     // apply creating a new object
     let fresh = MANIFEST.replace("name: demo", "name: applied");
-    assert!(k.with_stdin(&["apply", "-f", "-"], &fresh).contains("created"));
+    assert!(
+        k.with_stdin(&["apply", "-f", "-"], &fresh)
+            .contains("created")
+    );
 
     // patch in all three flavours
-    k.ok(&["patch", "cm", "demo", "-n", "default", "-p", r#"{"data":{"s":"1"}}"#]);
-    k.ok(&["patch", "cm", "demo", "-n", "default", "--type", "merge", "-p", r#"{"data":{"m":"1"}}"#]);
-    k.ok(&["patch", "cm", "demo", "-n", "default", "--type", "json", "-p", r#"[{"op":"add","path":"/data/j","value":"1"}]"#]);
+    k.ok(&[
+        "patch",
+        "cm",
+        "demo",
+        "-n",
+        "default",
+        "-p",
+        r#"{"data":{"s":"1"}}"#,
+    ]);
+    k.ok(&[
+        "patch",
+        "cm",
+        "demo",
+        "-n",
+        "default",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"data":{"m":"1"}}"#,
+    ]);
+    k.ok(&[
+        "patch",
+        "cm",
+        "demo",
+        "-n",
+        "default",
+        "--type",
+        "json",
+        "-p",
+        r#"[{"op":"add","path":"/data/j","value":"1"}]"#,
+    ]);
     let got = k.json(&["get", "cm", "demo", "-n", "default"]);
     for key in ["s", "m", "j", "greeting"] {
         assert!(got["data"][key].is_string(), "missing {key}: {got}");
     }
 
     k.ok(&["label", "cm", "demo", "-n", "default", "extra=yes"]);
-    assert!(k.ok(&["delete", "cm", "demo", "-n", "default"]).contains("deleted"));
+    assert!(
+        k.ok(&["delete", "cm", "demo", "-n", "default"])
+            .contains("deleted")
+    );
     let out = k.run(&["get", "cm", "demo", "-n", "default"]);
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("NotFound"), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(k.server.get("", "configmaps", Some("default"), "demo").is_err());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("NotFound"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        k.server
+            .get("", "configmaps", Some("default"), "demo")
+            .is_err()
+    );
 
     // custom resource and cluster-scoped kinds through discovery
     k.with_stdin(
         &["create", "-f", "-"],
         "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w1\n  namespace: default\nspec:\n  size: 2\n",
     );
-    assert_eq!(k.names(&["get", "widgets", "-A"]), vec!["widget.example.com/w1"]);
-    assert!(k.names(&["get", "ns"]).contains(&"namespace/default".to_string()));
+    assert_eq!(
+        k.names(&["get", "widgets", "-A"]),
+        vec!["widget.example.com/w1"]
+    );
+    assert!(
+        k.names(&["get", "ns"])
+            .contains(&"namespace/default".to_string())
+    );
 }
 
 #[test]
 fn label_selectors() {
     let k = Kubectl::start();
-    for (name, app, tier) in [("a", "web", "front"), ("b", "web", "back"), ("c", "db", "back")] {
-        k.ok(&["create", "configmap", name, "-n", "sel", "--from-literal=k=v"]);
-        k.ok(&["label", "cm", name, "-n", "sel", &format!("app={app}"), &format!("tier={tier}")]);
+    for (name, app, tier) in [
+        ("a", "web", "front"),
+        ("b", "web", "back"),
+        ("c", "db", "back"),
+    ] {
+        k.ok(&[
+            "create",
+            "configmap",
+            name,
+            "-n",
+            "sel",
+            "--from-literal=k=v",
+        ]);
+        k.ok(&[
+            "label",
+            "cm",
+            name,
+            "-n",
+            "sel",
+            &format!("app={app}"),
+            &format!("tier={tier}"),
+        ]);
     }
     k.ok(&["create", "configmap", "plain", "-n", "sel"]);
     let cases: [(&str, &[&str]); 6] = [
@@ -173,12 +258,19 @@ fn label_selectors() {
         ("!tier", &["configmap/plain"]),
     ];
     for (sel, expected) in cases {
-        assert_eq!(k.names(&["get", "cm", "-n", "sel", "-l", sel]), expected, "selector {sel}");
+        assert_eq!(
+            k.names(&["get", "cm", "-n", "sel", "-l", sel]),
+            expected,
+            "selector {sel}"
+        );
     }
     let out = k.run(&["get", "cm", "-n", "sel", "-l", "app in (web"]);
     assert!(!out.status.success(), "a bad selector must fail");
     k.ok(&["delete", "cm", "-n", "sel", "-l", "app=web"]);
-    assert_eq!(k.names(&["get", "cm", "-n", "sel"]), vec!["configmap/c", "configmap/plain"]);
+    assert_eq!(
+        k.names(&["get", "cm", "-n", "sel"]),
+        vec!["configmap/c", "configmap/plain"]
+    );
 }
 
 #[test]

@@ -19,25 +19,54 @@ fn cms(server: &kinformer_apiserver::ServerHandle) -> String {
 async fn replays_history_after_the_start_rv_in_order() {
     let server = start().await;
     let start_rv = server.resource_version();
-    server.create("", "configmaps", Some("default"), cm("a", &[])).unwrap();
-    server.create("", "configmaps", Some("default"), cm("b", &[])).unwrap();
+    server
+        .create("", "configmaps", Some("default"), cm("a", &[]))
+        .unwrap();
+    server
+        .create("", "configmaps", Some("default"), cm("b", &[]))
+        .unwrap();
     let mut a = server.get("", "configmaps", Some("default"), "a").unwrap();
     a["data"]["key"] = json!("changed");
     server.update("", "configmaps", Some("default"), a).unwrap();
-    server.delete("", "configmaps", Some("default"), "b").unwrap();
+    server
+        .delete("", "configmaps", Some("default"), "b")
+        .unwrap();
     // other namespaces and kinds are not part of this watch
-    server.create("", "configmaps", Some("other"), cm("x", &[])).unwrap();
-    server.create("", "secrets", Some("default"), json!({"metadata": {"name": "s"}})).unwrap();
+    server
+        .create("", "configmaps", Some("other"), cm("x", &[]))
+        .unwrap();
+    server
+        .create(
+            "",
+            "secrets",
+            Some("default"),
+            json!({"metadata": {"name": "s"}}),
+        )
+        .unwrap();
 
-    let mut w = WatchLines::open(&format!("{}?watch=1&resourceVersion={start_rv}", cms(&server))).await;
+    let mut w = WatchLines::open(&format!(
+        "{}?watch=1&resourceVersion={start_rv}",
+        cms(&server)
+    ))
+    .await;
     assert_eq!(w.status, 200);
     let evs = w.events(4, T).await;
     let got: Vec<(&str, &str)> = evs.iter().map(|l| (l.kind(), l.name())).collect();
-    assert_eq!(got, vec![("ADDED", "a"), ("ADDED", "b"), ("MODIFIED", "a"), ("DELETED", "b")]);
+    assert_eq!(
+        got,
+        vec![
+            ("ADDED", "a"),
+            ("ADDED", "b"),
+            ("MODIFIED", "a"),
+            ("DELETED", "b")
+        ]
+    );
     let rvs: Vec<u64> = evs.iter().map(Line::rv).collect();
     assert!(rvs.windows(2).all(|p| p[0] < p[1]), "{rvs:?}");
     // then live
-    server.create("", "configmaps", Some("default"), cm("c", &[])).unwrap();
+    server
+        .create("", "configmaps", Some("default"), cm("c", &[]))
+        .unwrap();
     let live = w.events(1, T).await;
     assert_eq!((live[0].kind(), live[0].name()), ("ADDED", "c"));
 }
@@ -45,16 +74,27 @@ async fn replays_history_after_the_start_rv_in_order() {
 #[tokio::test]
 async fn watch_without_rv_sends_current_state_then_live() {
     let server = start().await;
-    server.create("", "configmaps", Some("default"), cm("a", &[])).unwrap();
-    server.create("", "configmaps", Some("default"), cm("b", &[])).unwrap();
-    for url in [format!("{}?watch=true", cms(&server)), format!("{}?watch=true&resourceVersion=0", cms(&server))] {
+    server
+        .create("", "configmaps", Some("default"), cm("a", &[]))
+        .unwrap();
+    server
+        .create("", "configmaps", Some("default"), cm("b", &[]))
+        .unwrap();
+    for url in [
+        format!("{}?watch=true", cms(&server)),
+        format!("{}?watch=true&resourceVersion=0", cms(&server)),
+    ] {
         let mut w = WatchLines::open(&url).await;
         let evs = w.events(2, T).await;
         assert!(evs.iter().all(|l| l.kind() == "ADDED"));
-        server.delete("", "configmaps", Some("default"), "a").unwrap();
+        server
+            .delete("", "configmaps", Some("default"), "a")
+            .unwrap();
         let live = w.events(1, T).await;
         assert_eq!((live[0].kind(), live[0].name()), ("DELETED", "a"));
-        server.create("", "configmaps", Some("default"), cm("a", &[])).unwrap();
+        server
+            .create("", "configmaps", Some("default"), cm("a", &[]))
+            .unwrap();
     }
 }
 
@@ -62,7 +102,9 @@ async fn watch_without_rv_sends_current_state_then_live() {
 async fn streaming_list_ends_initial_events_with_an_annotated_bookmark() {
     let server = start().await;
     for i in 0..3 {
-        server.create("", "configmaps", Some("default"), cm(&format!("c{i}"), &[])).unwrap();
+        server
+            .create("", "configmaps", Some("default"), cm(&format!("c{i}"), &[]))
+            .unwrap();
     }
     let rv = server.resource_version();
     let mut w = WatchLines::open(&format!(
@@ -76,11 +118,18 @@ async fn streaming_list_ends_initial_events_with_an_annotated_bookmark() {
     let bm = w.next_within(T).await.unwrap();
     assert_eq!(bm.kind(), "BOOKMARK");
     let obj = &bm.event()["object"];
-    assert_eq!(obj["metadata"]["annotations"]["k8s.io/initial-events-end"], "true");
+    assert_eq!(
+        obj["metadata"]["annotations"]["k8s.io/initial-events-end"],
+        "true"
+    );
     assert_eq!(obj["metadata"]["resourceVersion"], rv.to_string());
     assert_eq!(obj["kind"], "ConfigMap");
     // sendInitialEvents without the required companions is rejected
-    let a = get(&format!("{}?watch=true&sendInitialEvents=true", cms(&server))).await;
+    let a = get(&format!(
+        "{}?watch=true&sendInitialEvents=true",
+        cms(&server)
+    ))
+    .await;
     assert_eq!(a.status, 422);
 }
 
@@ -90,7 +139,9 @@ async fn too_old_rv_gives_200_then_one_410_error_event() {
     config.history_limit = 5;
     let server = start_with(config).await;
     for i in 0..20 {
-        server.create("", "configmaps", Some("default"), cm(&format!("c{i}"), &[])).unwrap();
+        server
+            .create("", "configmaps", Some("default"), cm(&format!("c{i}"), &[]))
+            .unwrap();
     }
     let mut w = WatchLines::open(&format!("{}?watch=1&resourceVersion=2", cms(&server))).await;
     assert_eq!(w.status, 200);
@@ -102,23 +153,40 @@ async fn too_old_rv_gives_200_then_one_410_error_event() {
     assert_eq!(ev["object"]["code"], 410);
     assert_eq!(ev["object"]["reason"], "Expired");
     let oldest = server.history_stats().1 + 1;
-    assert_eq!(ev["object"]["message"], format!("too old resource version: 2 ({oldest})"));
+    assert_eq!(
+        ev["object"]["message"],
+        format!("too old resource version: 2 ({oldest})")
+    );
 }
 
 #[tokio::test]
 async fn future_rv_watch_times_out_with_504() {
     let server = start().await;
-    let a = get(&format!("{}?watch=1&resourceVersion={}", cms(&server), server.resource_version() + 50)).await;
+    let a = get(&format!(
+        "{}?watch=1&resourceVersion={}",
+        cms(&server),
+        server.resource_version() + 50
+    ))
+    .await;
     assert_eq!(a.status, 504);
-    assert_eq!(a.json()["details"]["causes"][0]["reason"], "ResourceVersionTooLarge");
+    assert_eq!(
+        a.json()["details"]["causes"][0]["reason"],
+        "ResourceVersionTooLarge"
+    );
 }
 
 #[tokio::test]
 async fn label_selector_transitions_become_added_and_deleted() {
     let server = start().await;
     let rv = server.resource_version();
-    let mut w = WatchLines::open(&format!("{}?watch=1&resourceVersion={rv}&labelSelector=app%3Dweb", cms(&server))).await;
-    server.create("", "configmaps", Some("default"), cm("x", &[("app", "db")])).unwrap();
+    let mut w = WatchLines::open(&format!(
+        "{}?watch=1&resourceVersion={rv}&labelSelector=app%3Dweb",
+        cms(&server)
+    ))
+    .await;
+    server
+        .create("", "configmaps", Some("default"), cm("x", &[("app", "db")]))
+        .unwrap();
     let set_app = |app: &str, data: &str| {
         let mut v = server.get("", "configmaps", Some("default"), "x").unwrap();
         v["metadata"]["labels"]["app"] = json!(app);
@@ -129,14 +197,32 @@ async fn label_selector_transitions_become_added_and_deleted() {
     set_app("web", "2"); // stays: MODIFIED
     let left = set_app("db", "3"); // leaves: DELETED
     set_app("db", "4"); // outside: nothing
-    server.create("", "configmaps", Some("default"), cm("y", &[("app", "web")])).unwrap();
+    server
+        .create(
+            "",
+            "configmaps",
+            Some("default"),
+            cm("y", &[("app", "web")]),
+        )
+        .unwrap();
     let evs = w.events(4, T).await;
     let got: Vec<(&str, &str)> = evs.iter().map(|l| (l.kind(), l.name())).collect();
-    assert_eq!(got, vec![("ADDED", "x"), ("MODIFIED", "x"), ("DELETED", "x"), ("ADDED", "y")]);
+    assert_eq!(
+        got,
+        vec![
+            ("ADDED", "x"),
+            ("MODIFIED", "x"),
+            ("DELETED", "x"),
+            ("ADDED", "y")
+        ]
+    );
     // DELETED carries the last matching content at the event's resourceVersion
     assert_eq!(evs[2].event()["object"]["metadata"]["labels"]["app"], "web");
     assert_eq!(evs[2].event()["object"]["data"]["key"], "2");
-    assert_eq!(evs[2].event()["object"]["metadata"]["resourceVersion"], left["metadata"]["resourceVersion"]);
+    assert_eq!(
+        evs[2].event()["object"]["metadata"]["resourceVersion"],
+        left["metadata"]["resourceVersion"]
+    );
 
     // set-based and field selectors
     let mut w = WatchLines::open(&format!(
@@ -144,8 +230,22 @@ async fn label_selector_transitions_become_added_and_deleted() {
         cms(&server)
     ))
     .await;
-    server.create("", "configmaps", Some("default"), cm("z", &[("app", "api"), ("legacy", "1")])).unwrap();
-    server.create("", "configmaps", Some("default"), cm("q", &[("app", "api")])).unwrap();
+    server
+        .create(
+            "",
+            "configmaps",
+            Some("default"),
+            cm("z", &[("app", "api"), ("legacy", "1")]),
+        )
+        .unwrap();
+    server
+        .create(
+            "",
+            "configmaps",
+            Some("default"),
+            cm("q", &[("app", "api")]),
+        )
+        .unwrap();
     let mut z = server.get("", "configmaps", Some("default"), "z").unwrap();
     z["metadata"]["labels"] = json!({"app": "api"});
     server.update("", "configmaps", Some("default"), z).unwrap();
@@ -163,7 +263,9 @@ async fn bookmarks_carry_only_the_resource_version() {
     ))
     .await;
     // a write this watcher does not see still moves the RV: a BOOKMARK follows
-    server.create("", "configmaps", Some("default"), cm("a", &[])).unwrap();
+    server
+        .create("", "configmaps", Some("default"), cm("a", &[]))
+        .unwrap();
     let target = server.resource_version();
     let bm = w.until(T, |l| l.kind() == "BOOKMARK").await;
     let obj = &bm.event()["object"];
@@ -185,7 +287,10 @@ async fn timeout_ends_the_stream_with_one_bookmark_before_it_when_idle() {
     .await;
     let lines = w.until_end(T).await;
     let elapsed = started.elapsed();
-    assert!(elapsed >= Duration::from_millis(900) && elapsed < Duration::from_secs(4), "{elapsed:?}");
+    assert!(
+        elapsed >= Duration::from_millis(900) && elapsed < Duration::from_secs(4),
+        "{elapsed:?}"
+    );
     // nothing changed: the only line is the bookmark shortly before the timeout
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert_eq!(lines[0].kind(), "BOOKMARK");
@@ -196,22 +301,54 @@ async fn legacy_watch_paths() {
     let server = start().await;
     let rv = server.resource_version();
     let u = server.url();
-    let mut all = WatchLines::open(&format!("{u}/api/v1/watch/configmaps?resourceVersion={rv}")).await;
-    let mut one = WatchLines::open(&format!("{u}/api/v1/watch/namespaces/default/configmaps/b?resourceVersion={rv}")).await;
-    let mut ns = WatchLines::open(&format!("{u}/api/v1/watch/namespaces?resourceVersion={rv}")).await;
-    server.create("", "configmaps", Some("default"), cm("a", &[])).unwrap();
-    server.create("", "configmaps", Some("other"), cm("b", &[])).unwrap();
-    server.create("", "configmaps", Some("default"), cm("b", &[])).unwrap();
-    server.create("", "namespaces", None, json!({"metadata": {"name": "fresh"}})).unwrap();
+    let mut all =
+        WatchLines::open(&format!("{u}/api/v1/watch/configmaps?resourceVersion={rv}")).await;
+    let mut one = WatchLines::open(&format!(
+        "{u}/api/v1/watch/namespaces/default/configmaps/b?resourceVersion={rv}"
+    ))
+    .await;
+    let mut ns =
+        WatchLines::open(&format!("{u}/api/v1/watch/namespaces?resourceVersion={rv}")).await;
+    server
+        .create("", "configmaps", Some("default"), cm("a", &[]))
+        .unwrap();
+    server
+        .create("", "configmaps", Some("other"), cm("b", &[]))
+        .unwrap();
+    server
+        .create("", "configmaps", Some("default"), cm("b", &[]))
+        .unwrap();
+    server
+        .create(
+            "",
+            "namespaces",
+            None,
+            json!({"metadata": {"name": "fresh"}}),
+        )
+        .unwrap();
     let evs = all.events(3, T).await;
-    assert_eq!(evs.iter().map(Line::name).collect::<Vec<_>>(), vec!["a", "b", "b"]);
+    assert_eq!(
+        evs.iter().map(Line::name).collect::<Vec<_>>(),
+        vec!["a", "b", "b"]
+    );
     let evs = one.events(1, T).await;
     assert_eq!(evs[0].event()["object"]["metadata"]["namespace"], "default");
     let evs = ns.events(1, T).await;
     assert_eq!(evs[0].name(), "fresh");
     // custom resources too
-    let mut w = WatchLines::open(&format!("{u}/apis/example.com/v1/watch/namespaces/default/widgets?resourceVersion={}", server.resource_version())).await;
-    server.create("example.com", "widgets", Some("default"), json!({"metadata": {"name": "w"}, "spec": {"size": 1}})).unwrap();
+    let mut w = WatchLines::open(&format!(
+        "{u}/apis/example.com/v1/watch/namespaces/default/widgets?resourceVersion={}",
+        server.resource_version()
+    ))
+    .await;
+    server
+        .create(
+            "example.com",
+            "widgets",
+            Some("default"),
+            json!({"metadata": {"name": "w"}, "spec": {"size": 1}}),
+        )
+        .unwrap();
     let evs = w.events(1, T).await;
     assert_eq!(evs[0].event()["object"]["kind"], "Widget");
 }
@@ -230,18 +367,38 @@ async fn close_all_and_close_after_n() {
     eventually(T, "watchers unregistered", || server.watcher_count() == 0).await;
 
     server.faults().close_watches_after(Some(2));
-    let mut c = WatchLines::open(&format!("{}?watch=1&resourceVersion={}", cms(&server), server.resource_version())).await;
+    let mut c = WatchLines::open(&format!(
+        "{}?watch=1&resourceVersion={}",
+        cms(&server),
+        server.resource_version()
+    ))
+    .await;
     for i in 0..5 {
-        server.create("", "configmaps", Some("default"), cm(&format!("c{i}"), &[])).unwrap();
+        server
+            .create("", "configmaps", Some("default"), cm(&format!("c{i}"), &[]))
+            .unwrap();
     }
     let lines = c.until_end(T).await;
     assert_eq!(lines.len(), 2);
     server.faults().close_watches_after(None);
 
     // over the admin endpoint
-    let mut d = WatchLines::open(&format!("{}?watch=1&resourceVersion={}", cms(&server), server.resource_version())).await;
+    let mut d = WatchLines::open(&format!(
+        "{}?watch=1&resourceVersion={}",
+        cms(&server),
+        server.resource_version()
+    ))
+    .await;
     eventually(T, "watcher registered", || server.watcher_count() == 1).await;
-    assert_eq!(post_json(&format!("{}/admin/faults/close-watches", server.url()), &json!({})).await.status, 200);
+    assert_eq!(
+        post_json(
+            &format!("{}/admin/faults/close-watches", server.url()),
+            &json!({})
+        )
+        .await
+        .status,
+        200
+    );
     assert!(d.until_end(T).await.is_empty());
 }
 
@@ -249,7 +406,11 @@ async fn close_all_and_close_after_n() {
 async fn malformed_line_stall_and_suppressed_bookmarks() {
     let server = start().await;
     let rv = server.resource_version();
-    let mut w = WatchLines::open(&format!("{}?watch=1&resourceVersion={rv}&allowWatchBookmarks=true", cms(&server))).await;
+    let mut w = WatchLines::open(&format!(
+        "{}?watch=1&resourceVersion={rv}&allowWatchBookmarks=true",
+        cms(&server)
+    ))
+    .await;
     eventually(T, "watcher registered", || server.watcher_count() == 1).await;
     server.faults().inject_malformed_line();
     let line = w.next_within(T).await.unwrap();
@@ -257,17 +418,36 @@ async fn malformed_line_stall_and_suppressed_bookmarks() {
 
     server.faults().suppress_bookmarks(true);
     server.faults().stall_watches(true);
-    server.create("", "configmaps", Some("default"), cm("a", &[])).unwrap();
+    server
+        .create("", "configmaps", Some("default"), cm("a", &[]))
+        .unwrap();
     // stalled: nothing arrives for a while although an event is pending
-    assert!(tokio::time::timeout(Duration::from_millis(400), w.next_line()).await.is_err());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(400), w.next_line())
+            .await
+            .is_err()
+    );
     server.faults().stall_watches(false);
     let l = w.next_within(T).await.unwrap();
     assert_eq!((l.kind(), l.name()), ("ADDED", "a"));
     // bookmarks suppressed: another write, then only the event, no bookmark within several intervals
-    server.create("", "configmaps", Some("default"), cm("b", &[])).unwrap();
+    server
+        .create("", "configmaps", Some("default"), cm("b", &[]))
+        .unwrap();
     assert_eq!(w.next_within(T).await.unwrap().name(), "b");
-    server.create("", "secrets", Some("default"), json!({"metadata": {"name": "moves-rv"}})).unwrap();
-    assert!(tokio::time::timeout(Duration::from_millis(400), w.next_line()).await.is_err());
+    server
+        .create(
+            "",
+            "secrets",
+            Some("default"),
+            json!({"metadata": {"name": "moves-rv"}}),
+        )
+        .unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(400), w.next_line())
+            .await
+            .is_err()
+    );
     server.faults().suppress_bookmarks(false);
     assert_eq!(w.next_within(T).await.unwrap().kind(), "BOOKMARK");
 }
@@ -280,17 +460,27 @@ async fn a_watcher_that_falls_behind_gets_410_and_never_blocks_writers() {
     };
     let server = start_with(config).await;
     let rv = server.resource_version();
-    let mut slow = WatchLines::open(&format!("{}?watch=1&resourceVersion={rv}", cms(&server))).await;
-    let mut fast = WatchLines::open(&format!("{}?watch=1&resourceVersion={rv}", cms(&server))).await;
+    let mut slow =
+        WatchLines::open(&format!("{}?watch=1&resourceVersion={rv}", cms(&server))).await;
+    let mut fast =
+        WatchLines::open(&format!("{}?watch=1&resourceVersion={rv}", cms(&server))).await;
     eventually(T, "two watchers", || server.watcher_count() == 2).await;
     // stall every stream so nothing drains, then write far more than the buffer
     server.faults().stall_watches(true);
     let t0 = std::time::Instant::now();
     for i in 0..50 {
-        server.create("", "configmaps", Some("default"), cm(&format!("c{i}"), &[])).unwrap();
+        server
+            .create("", "configmaps", Some("default"), cm(&format!("c{i}"), &[]))
+            .unwrap();
     }
-    assert!(t0.elapsed() < Duration::from_secs(2), "writers were blocked");
-    eventually(T, "overflowed watchers dropped", || server.watcher_count() == 0).await;
+    assert!(
+        t0.elapsed() < Duration::from_secs(2),
+        "writers were blocked"
+    );
+    eventually(T, "overflowed watchers dropped", || {
+        server.watcher_count() == 0
+    })
+    .await;
     server.faults().stall_watches(false);
     for w in [&mut slow, &mut fast] {
         let lines = w.until_end(T).await;
@@ -305,11 +495,17 @@ async fn a_watcher_that_falls_behind_gets_410_and_never_blocks_writers() {
 async fn table_watch_for_kubectl() {
     let server = start().await;
     let mut w = WatchLines::open_with_accept(
-        &format!("{}?watch=1&resourceVersion={}", cms(&server), server.resource_version()),
+        &format!(
+            "{}?watch=1&resourceVersion={}",
+            cms(&server),
+            server.resource_version()
+        ),
         Some("application/json;as=Table;v=v1;g=meta.k8s.io,application/json"),
     )
     .await;
-    server.create("", "configmaps", Some("default"), cm("a", &[])).unwrap();
+    server
+        .create("", "configmaps", Some("default"), cm("a", &[]))
+        .unwrap();
     let ev = w.events(1, T).await;
     assert_eq!(ev[0].event()["object"]["kind"], "Table");
     assert_eq!(ev[0].event()["object"]["rows"][0]["cells"][0], "a");

@@ -67,12 +67,28 @@ pub struct Recorder {
 impl Recorder {
     pub fn start() -> (Addr<Recorder>, Arc<Mutex<Log>>) {
         let log = Arc::new(Mutex::new(Log::default()));
-        (Recorder { log: log.clone(), gate: None, stop_after: None }.start(), log)
+        (
+            Recorder {
+                log: log.clone(),
+                gate: None,
+                stop_after: None,
+            }
+            .start(),
+            log,
+        )
     }
 
     pub fn gated(gate: watch::Receiver<bool>) -> (Addr<Recorder>, Arc<Mutex<Log>>) {
         let log = Arc::new(Mutex::new(Log::default()));
-        (Recorder { log: log.clone(), gate: Some(gate), stop_after: None }.start(), log)
+        (
+            Recorder {
+                log: log.clone(),
+                gate: Some(gate),
+                stop_after: None,
+            }
+            .start(),
+            log,
+        )
     }
 }
 
@@ -94,11 +110,23 @@ impl Handler<Event<ConfigMap>> for Recorder {
             let seen = match &event {
                 Event::Added { object, cause, .. } => {
                     log.view.insert(key.clone(), rv(object).unwrap_or_default());
-                    Seen { kind: "Added", key, rv: rv(object), cause: *cause, unknown: false }
+                    Seen {
+                        kind: "Added",
+                        key,
+                        rv: rv(object),
+                        cause: *cause,
+                        unknown: false,
+                    }
                 }
                 Event::Updated { new, cause, .. } => {
                     log.view.insert(key.clone(), rv(new).unwrap_or_default());
-                    Seen { kind: "Updated", key, rv: rv(new), cause: *cause, unknown: false }
+                    Seen {
+                        kind: "Updated",
+                        key,
+                        rv: rv(new),
+                        cause: *cause,
+                        unknown: false,
+                    }
                 }
                 Event::Deleted { object, cause, .. } => {
                     log.view.remove(&key);
@@ -146,8 +174,14 @@ pub fn server_view(server: &ServerHandle) -> BTreeMap<String, String> {
         .list("", "configmaps", Some("default"))
         .into_iter()
         .map(|o| {
-            let name = o["metadata"]["name"].as_str().unwrap_or_default().to_owned();
-            let rv = o["metadata"]["resourceVersion"].as_str().unwrap_or_default().to_owned();
+            let name = o["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let rv = o["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
             (format!("default/{name}"), rv)
         })
         .collect()
@@ -165,5 +199,8 @@ pub fn configmap(name: &str, value: &str) -> serde_json::Value {
 
 /// An informer over ConfigMaps in `default`.
 pub fn informer(server: &ServerHandle) -> kinformer::InformerBuilder<ConfigMap> {
-    Informer::builder(kube::Api::<ConfigMap>::namespaced(client(server), "default"))
+    Informer::builder(kube::Api::<ConfigMap>::namespaced(
+        client(server),
+        "default",
+    ))
 }

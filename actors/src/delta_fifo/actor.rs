@@ -77,7 +77,10 @@ pub struct FifoOptions {
 
 impl Default for FifoOptions {
     fn default() -> Self {
-        FifoOptions { batch_size: 256, high_watermark: 16_384 }
+        FifoOptions {
+            batch_size: 256,
+            high_watermark: 16_384,
+        }
     }
 }
 
@@ -133,9 +136,15 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
     }
 
     fn refresh_stats(&self) {
-        self.stats.queued_keys.store(self.queue.len(), Ordering::Relaxed);
-        self.stats.queued_deltas.store(self.pending_deltas, Ordering::Relaxed);
-        self.stats.saturated.store(self.saturated(), Ordering::Relaxed);
+        self.stats
+            .queued_keys
+            .store(self.queue.len(), Ordering::Relaxed);
+        self.stats
+            .queued_deltas
+            .store(self.pending_deltas, Ordering::Relaxed);
+        self.stats
+            .saturated
+            .store(self.saturated(), Ordering::Relaxed);
     }
 
     /// Hands the next batch to the Indexer if none is in flight.
@@ -230,10 +239,15 @@ impl<K: Resource + Send + Sync + 'static> Handler<Replace<K>> for DeltaFifo<K> {
         self.pending_deltas += msg.objects.len();
         // Objects without a usable key can never be cached: drop them with a log
         // rather than abort the whole Replace (client-go aborts part-way, DF-9).
-        let (usable, unusable): (Vec<_>, Vec<_>) =
-            msg.objects.into_iter().partition(|o| crate::key::ObjectKey::of(o.as_ref()).is_ok());
+        let (usable, unusable): (Vec<_>, Vec<_>) = msg
+            .objects
+            .into_iter()
+            .partition(|o| crate::key::ObjectKey::of(o.as_ref()).is_ok());
         if !unusable.is_empty() {
-            tracing::warn!(count = unusable.len(), "list items without metadata.name: skipped");
+            tracing::warn!(
+                count = unusable.len(),
+                "list items without metadata.name: skipped"
+            );
         }
         if let Err(err) = self.queue.replace(usable, &known) {
             tracing::error!(%err, rv = %msg.resource_version, "replace failed");

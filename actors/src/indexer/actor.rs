@@ -27,6 +27,9 @@ use crate::event::{Cause, Event};
 use crate::key::ObjectKey;
 use crate::listener::{Deliver, Listener, SubscriberId, UpstreamSynced as ListenerUpstreamSynced};
 
+/// The events one listener receives from one step of work.
+type Delivery<K> = (SubscriberId, Addr<Listener<K>>, Vec<Event<K>>);
+
 /// Most keys replayed per step of a replay or resync sweep.
 const SWEEP_CHUNK: usize = 256;
 
@@ -86,8 +89,16 @@ pub struct IndexerStats {
 }
 
 enum Work {
-    Replay { id: SubscriberId, keys: Vec<ObjectKey>, pos: usize },
-    Sweep { ids: Vec<SubscriberId>, keys: Vec<ObjectKey>, pos: usize },
+    Replay {
+        id: SubscriberId,
+        keys: Vec<ObjectKey>,
+        pos: usize,
+    },
+    Sweep {
+        ids: Vec<SubscriberId>,
+        keys: Vec<ObjectKey>,
+        pos: usize,
+    },
 }
 
 /// The Indexer actor.
@@ -124,7 +135,12 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
     /// Applies one popped item's deltas, oldest first (C-4); returns the events
     /// and, for each, whether it is a sync-only update (unchanged resourceVersion).
     fn apply(&mut self, popped: Popped<K>, out: &mut Vec<(Event<K>, bool)>) {
-        let Popped { key, deltas, is_in_initial_list, .. } = popped;
+        let Popped {
+            key,
+            deltas,
+            is_in_initial_list,
+            ..
+        } = popped;
         for delta in deltas {
             let (obj, watch_cause) = match delta {
                 Delta::Deleted(object) => {
@@ -136,7 +152,14 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
                         Cause::Watch
                     };
                     self.stats.deleted.fetch_add(1, Ordering::Relaxed);
-                    out.push((Event::Deleted { key: key.clone(), object, cause }, false));
+                    out.push((
+                        Event::Deleted {
+                            key: key.clone(),
+                            object,
+                            cause,
+                        },
+                        false,
+                    ));
                     continue;
                 }
                 Delta::Added(o) | Delta::Updated(o) => (o, Cause::Watch),
@@ -145,7 +168,9 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
             };
             let upserted = self.cache.upsert(key.clone(), obj.clone());
             if !upserted.index_errors.is_empty() {
-                self.stats.index_errors.fetch_add(upserted.index_errors.len() as u64, Ordering::Relaxed);
+                self.stats
+                    .index_errors
+                    .fetch_add(upserted.index_errors.len() as u64, Ordering::Relaxed);
                 for e in &upserted.index_errors {
                     tracing::warn!(%e, "index function failed; object cached without that index value");
                 }
@@ -153,11 +178,23 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
             match upserted.previous {
                 Some(old) => {
                     let unchanged = same_version(old.as_ref(), obj.as_ref());
-                    let cause = if unchanged && watch_cause != Cause::Watch { Cause::Resync } else { watch_cause };
+                    let cause = if unchanged && watch_cause != Cause::Watch {
+                        Cause::Resync
+                    } else {
+                        watch_cause
+                    };
                     if !unchanged {
                         self.stats.updated.fetch_add(1, Ordering::Relaxed);
                     }
-                    out.push((Event::Updated { key: key.clone(), old, new: obj, cause }, unchanged));
+                    out.push((
+                        Event::Updated {
+                            key: key.clone(),
+                            old,
+                            new: obj,
+                            cause,
+                        },
+                        unchanged,
+                    ));
                 }
                 None => {
                     let cause = if is_in_initial_list {
@@ -168,7 +205,14 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
                         Cause::Relist
                     };
                     self.stats.added.fetch_add(1, Ordering::Relaxed);
-                    out.push((Event::Added { key: key.clone(), object: obj, cause }, false));
+                    out.push((
+                        Event::Added {
+                            key: key.clone(),
+                            object: obj,
+                            cause,
+                        },
+                        false,
+                    ));
                 }
             }
         }
@@ -177,15 +221,18 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
     /// Sends each listener its events and runs `then` once all answered.
     fn distribute(
         &mut self,
-        per_listener: Vec<(SubscriberId, Addr<Listener<K>>, Vec<Event<K>>)>,
+        per_listener: Vec<Delivery<K>>,
         ctx: &mut Context<Self>,
         then: impl FnOnce(&mut Self, &mut Context<Self>) + 'static,
     ) {
         self.busy = true;
-        let sends = per_listener.into_iter().filter(|(_, _, evs)| !evs.is_empty()).map(|(id, addr, evs)| {
-            let fut = addr.send(Deliver(evs));
-            async move { (id, matches!(fut.await, Ok(Ok(())))) }
-        });
+        let sends = per_listener
+            .into_iter()
+            .filter(|(_, _, evs)| !evs.is_empty())
+            .map(|(id, addr, evs)| {
+                let fut = addr.send(Deliver(evs));
+                async move { (id, matches!(fut.await, Ok(Ok(())))) }
+            });
         futures::future::join_all(sends)
             .into_actor(self)
             .map(move |results, act, ctx| {
@@ -207,7 +254,10 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
             self.stats.listeners_lost.fetch_add(1, Ordering::Relaxed);
         }
         self.syncing.remove(&id);
-        self.stats.listeners.store(self.listeners.len() + self.replaying.len(), Ordering::Relaxed);
+        self.stats.listeners.store(
+            self.listeners.len() + self.replaying.len(),
+            Ordering::Relaxed,
+        );
     }
 
     /// Runs the next piece of work unless one is waiting for listeners.
@@ -217,8 +267,14 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
         if self.busy {
             return;
         }
-        let replay = self.work.iter().position(|w| matches!(w, Work::Replay { .. }));
-        let sweep = self.work.iter().position(|w| matches!(w, Work::Sweep { .. }));
+        let replay = self
+            .work
+            .iter()
+            .position(|w| matches!(w, Work::Replay { .. }));
+        let sweep = self
+            .work
+            .iter()
+            .position(|w| matches!(w, Work::Sweep { .. }));
         let next = match (replay, sweep, !self.batches.is_empty()) {
             (Some(i), _, _) => self.work.remove(i),
             (None, Some(i), true) if self.prefer_sweep => self.work.remove(i),
@@ -242,19 +298,30 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
         }
     }
 
-    fn run_batch(&mut self, batch: Vec<Popped<K>>, reply: oneshot::Sender<()>, ctx: &mut Context<Self>) {
+    fn run_batch(
+        &mut self,
+        batch: Vec<Popped<K>>,
+        reply: oneshot::Sender<()>,
+        ctx: &mut Context<Self>,
+    ) {
         let mut events = Vec::with_capacity(batch.len());
         for popped in batch {
             self.apply(popped, &mut events);
         }
         self.cache.publish();
-        self.stats.objects.store(self.cache.len(), Ordering::Relaxed);
+        self.stats
+            .objects
+            .store(self.cache.len(), Ordering::Relaxed);
         let per_listener = self
             .listeners
             .iter()
             .map(|(id, addr)| {
                 let syncing = self.syncing.contains(id);
-                let evs = events.iter().filter(|(_, sync_only)| !sync_only || syncing).map(|(e, _)| e.clone()).collect();
+                let evs = events
+                    .iter()
+                    .filter(|(_, sync_only)| !sync_only || syncing)
+                    .map(|(e, _)| e.clone())
+                    .collect();
                 (*id, addr.clone(), evs)
             })
             .collect();
@@ -263,14 +330,28 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
         });
     }
 
-    fn run_replay(&mut self, id: SubscriberId, keys: Vec<ObjectKey>, pos: usize, ctx: &mut Context<Self>) {
-        let Some(addr) = self.replaying.get(&id).cloned() else { return self.step(ctx) };
+    fn run_replay(
+        &mut self,
+        id: SubscriberId,
+        keys: Vec<ObjectKey>,
+        pos: usize,
+        ctx: &mut Context<Self>,
+    ) {
+        let Some(addr) = self.replaying.get(&id).cloned() else {
+            return self.step(ctx);
+        };
         // The cache as of the moment the replay starts; deltas wait until it ends.
         let keys = if pos == 0 { self.cache.keys() } else { keys };
         let end = (pos + SWEEP_CHUNK).min(keys.len());
         let evs: Vec<Event<K>> = keys[pos..end]
             .iter()
-            .filter_map(|k| self.cache.get(k).map(|o| Event::Added { key: k.clone(), object: o, cause: Cause::Initial }))
+            .filter_map(|k| {
+                self.cache.get(k).map(|o| Event::Added {
+                    key: k.clone(),
+                    object: o,
+                    cause: Cause::Initial,
+                })
+            })
             .collect();
         let done = end >= keys.len();
         self.distribute(vec![(id, addr, evs)], ctx, move |act, _| {
@@ -290,9 +371,17 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
         });
     }
 
-    fn run_sweep(&mut self, ids: Vec<SubscriberId>, keys: Vec<ObjectKey>, pos: usize, ctx: &mut Context<Self>) {
-        let targets: Vec<_> =
-            ids.iter().filter_map(|id| self.listeners.get(id).map(|a| (*id, a.clone()))).collect();
+    fn run_sweep(
+        &mut self,
+        ids: Vec<SubscriberId>,
+        keys: Vec<ObjectKey>,
+        pos: usize,
+        ctx: &mut Context<Self>,
+    ) {
+        let targets: Vec<_> = ids
+            .iter()
+            .filter_map(|id| self.listeners.get(id).map(|a| (*id, a.clone())))
+            .collect();
         if targets.is_empty() {
             return self.step(ctx);
         }
@@ -300,14 +389,26 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
         let evs: Vec<Event<K>> = keys[pos..end]
             .iter()
             .filter_map(|k| {
-                self.cache.get(k).map(|o| Event::Updated { key: k.clone(), old: o.clone(), new: o, cause: Cause::Resync })
+                self.cache.get(k).map(|o| Event::Updated {
+                    key: k.clone(),
+                    old: o.clone(),
+                    new: o,
+                    cause: Cause::Resync,
+                })
             })
             .collect();
-        let per_listener = targets.into_iter().map(|(id, addr)| (id, addr, evs.clone())).collect();
+        let per_listener = targets
+            .into_iter()
+            .map(|(id, addr)| (id, addr, evs.clone()))
+            .collect();
         let done = end >= keys.len();
         self.distribute(per_listener, ctx, move |act, _| {
             if !done {
-                act.work.push_back(Work::Sweep { ids, keys, pos: end });
+                act.work.push_back(Work::Sweep {
+                    ids,
+                    keys,
+                    pos: end,
+                });
             }
         });
     }
@@ -353,8 +454,15 @@ impl<K: Resource + Send + Sync + 'static> Handler<Subscribe<K>> for Indexer<K> {
 
     fn handle(&mut self, msg: Subscribe<K>, ctx: &mut Context<Self>) {
         self.replaying.insert(msg.id, msg.listener);
-        self.work.push_back(Work::Replay { id: msg.id, keys: Vec::new(), pos: 0 });
-        self.stats.listeners.store(self.listeners.len() + self.replaying.len(), Ordering::Relaxed);
+        self.work.push_back(Work::Replay {
+            id: msg.id,
+            keys: Vec::new(),
+            pos: 0,
+        });
+        self.stats.listeners.store(
+            self.listeners.len() + self.replaying.len(),
+            Ordering::Relaxed,
+        );
         self.step(ctx);
     }
 }
@@ -366,7 +474,10 @@ impl<K: Resource + Send + Sync + 'static> Handler<Unsubscribe> for Indexer<K> {
         self.listeners.remove(&id);
         self.replaying.remove(&id);
         self.syncing.remove(&id);
-        self.stats.listeners.store(self.listeners.len() + self.replaying.len(), Ordering::Relaxed);
+        self.stats.listeners.store(
+            self.listeners.len() + self.replaying.len(),
+            Ordering::Relaxed,
+        );
     }
 }
 
@@ -375,9 +486,16 @@ impl<K: Resource + Send + Sync + 'static> Handler<ResyncDue> for Indexer<K> {
 
     fn handle(&mut self, ResyncDue(due): ResyncDue, ctx: &mut Context<Self>) {
         self.syncing = due.iter().copied().collect();
-        let ids: Vec<_> = due.into_iter().filter(|id| self.listeners.contains_key(id)).collect();
+        let ids: Vec<_> = due
+            .into_iter()
+            .filter(|id| self.listeners.contains_key(id))
+            .collect();
         if !ids.is_empty() {
-            self.work.push_back(Work::Sweep { ids, keys: self.cache.keys(), pos: 0 });
+            self.work.push_back(Work::Sweep {
+                ids,
+                keys: self.cache.keys(),
+                pos: 0,
+            });
         }
         self.step(ctx);
     }

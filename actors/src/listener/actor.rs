@@ -143,8 +143,12 @@ impl<K: Send + Sync + 'static> Listener<K> {
     }
 
     fn refresh_stats(&self) {
-        self.stats.pending.store(self.queue.len() + self.parked.len(), Ordering::Relaxed);
-        self.stats.coalesced.store(self.queue.coalesced(), Ordering::Relaxed);
+        self.stats
+            .pending
+            .store(self.queue.len() + self.parked.len(), Ordering::Relaxed);
+        self.stats
+            .coalesced
+            .store(self.queue.coalesced(), Ordering::Relaxed);
         self.synced.send_if_modified(|s| {
             let now = self.sync.has_synced();
             let changed = *s != now;
@@ -165,10 +169,11 @@ impl<K: Send + Sync + 'static> Listener<K> {
             return;
         };
         // Room freed: take parked notifications and release the producer.
-        if !self.parked.is_empty() && self.accept(std::iter::empty()) {
-            if let Some(reply) = self.parked_reply.take() {
-                let _ = reply.send(Ok(()));
-            }
+        if !self.parked.is_empty()
+            && self.accept(std::iter::empty())
+            && let Some(reply) = self.parked_reply.take()
+        {
+            let _ = reply.send(Ok(()));
         }
         let initial = event.is_initial();
         let resync = event.is_resync();

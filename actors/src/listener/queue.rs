@@ -340,7 +340,8 @@ impl<K> CoalesceQueue<K> {
     }
 
     fn push(&mut self, event: Event<K>) -> Merged {
-        // Look up by reference first: merging, the common case, clones no key.
+        // Look up by reference: a merge (the common case) needs no entry, and only
+        // a new key is hashed twice.
         let Some(pending) = self.slots.get_mut(event.key()) else {
             let key = event.key().clone();
             let seq = self.next_seq;

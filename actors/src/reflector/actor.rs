@@ -145,7 +145,9 @@ where
     }
 
     async fn backoff(&self, d: Duration) {
-        self.stats.backoff_ms.fetch_add(d.as_millis() as u64, Ordering::Relaxed);
+        self.stats
+            .backoff_ms
+            .fetch_add(d.as_millis() as u64, Ordering::Relaxed);
         tokio::time::sleep(d).await;
     }
 
@@ -165,14 +167,30 @@ where
                 self.source
                     .list(&req, move |n, total| {
                         stats.list_progress.store(n, Ordering::Relaxed);
-                        stats.list_total.store(total.unwrap_or(0), Ordering::Relaxed);
+                        stats
+                            .list_total
+                            .store(total.unwrap_or(0), Ordering::Relaxed);
                     })
                     .await
-                    .map(|l| (l.items.into_iter().map(|o| self.share(o)).collect(), l.resource_version, l.paginated))
+                    .map(|l| {
+                        (
+                            l.items.into_iter().map(|o| self.share(o)).collect(),
+                            l.resource_version,
+                            l.paginated,
+                        )
+                    })
             };
             match outcome {
                 Ok((objects, rv, paginated)) => {
-                    if self.fifo.send(Replace { objects, resource_version: rv.clone() }).await.is_err() {
+                    if self
+                        .fifo
+                        .send(Replace {
+                            objects,
+                            resource_version: rv.clone(),
+                        })
+                        .await
+                        .is_err()
+                    {
                         return Exit::FifoClosed;
                     }
                     let mut st = self.state.borrow_mut();
@@ -184,7 +202,12 @@ where
                 }
                 Err(failure) => {
                     self.stats.failures.fetch_add(1, Ordering::Relaxed);
-                    let next = self.state.borrow_mut().list_failed(&failure, req.streaming, Instant::now().into_std(), jitter());
+                    let next = self.state.borrow_mut().list_failed(
+                        &failure,
+                        req.streaming,
+                        Instant::now().into_std(),
+                        jitter(),
+                    );
                     match next {
                         Next::List => continue,
                         Next::ListAfter(d) | Next::WatchAfter(d) => return Exit::Relist(d),
@@ -200,12 +223,18 @@ where
                 Some(stream) => self.consume(stream).await,
                 None => {
                     let req = self.state.borrow_mut().watch_request(now, jitter());
-                    self.stats.watch_restarts.store(self.state.borrow().watch_restarts(), Ordering::Relaxed);
+                    self.stats
+                        .watch_restarts
+                        .store(self.state.borrow().watch_restarts(), Ordering::Relaxed);
                     match self.source.watch(&req, false).await {
                         Ok(stream) => self.consume(stream).await,
                         Err(failure) => {
                             self.stats.failures.fetch_add(1, Ordering::Relaxed);
-                            let next = self.state.borrow_mut().watch_open_failed(&failure, Instant::now().into_std(), jitter());
+                            let next = self.state.borrow_mut().watch_open_failed(
+                                &failure,
+                                Instant::now().into_std(),
+                                jitter(),
+                            );
                             match next {
                                 Next::WatchAfter(d) => {
                                     self.backoff(d).await;
@@ -225,7 +254,10 @@ where
             if let WatchEnd::Failed(_) = end {
                 self.stats.failures.fetch_add(1, Ordering::Relaxed);
             }
-            let next = self.state.borrow_mut().watch_ended(&end, Instant::now().into_std(), jitter());
+            let next =
+                self.state
+                    .borrow_mut()
+                    .watch_ended(&end, Instant::now().into_std(), jitter());
             match next {
                 Next::Watch => {}
                 Next::WatchAfter(d) => self.backoff(d).await,
@@ -240,7 +272,11 @@ where
     async fn streaming_list(
         &self,
     ) -> Result<
-        (Vec<Arc<K>>, String, std::pin::Pin<Box<dyn Stream<Item = Result<SourceEvent<K>, Failure>> + Send>>),
+        (
+            Vec<Arc<K>>,
+            String,
+            std::pin::Pin<Box<dyn Stream<Item = Result<SourceEvent<K>, Failure>> + Send>>,
+        ),
         Failure,
     > {
         let now = Instant::now().into_std();
@@ -253,7 +289,9 @@ where
                 SourceEvent::Added(o) | SourceEvent::Modified(o) => {
                     if let Ok(k) = key(&o) {
                         items.insert(k, self.share(o));
-                        self.stats.list_progress.store(items.len() as u64, Ordering::Relaxed);
+                        self.stats
+                            .list_progress
+                            .store(items.len() as u64, Ordering::Relaxed);
                     }
                 }
                 SourceEvent::Deleted(o) => {
@@ -261,8 +299,15 @@ where
                         items.remove(&k);
                     }
                 }
-                SourceEvent::Bookmark { resource_version, initial_events_end: true } => {
-                    return Ok((items.into_values().collect(), resource_version, Box::pin(stream)));
+                SourceEvent::Bookmark {
+                    resource_version,
+                    initial_events_end: true,
+                } => {
+                    return Ok((
+                        items.into_values().collect(),
+                        resource_version,
+                        Box::pin(stream),
+                    ));
                 }
                 SourceEvent::Bookmark { .. } => {}
             }
@@ -298,7 +343,9 @@ where
                 rvs.push(rv_of(&o));
                 batch.push(WatchDelta::Deleted(self.share(o)));
             }
-            SourceEvent::Bookmark { resource_version, .. } => rvs.push(resource_version),
+            SourceEvent::Bookmark {
+                resource_version, ..
+            } => rvs.push(resource_version),
         }
         None
     }
@@ -364,7 +411,9 @@ where
         let fut = async move {
             if !delay.is_zero() {
                 tracing::info!(?delay, "relisting after backoff");
-                stats.backoff_ms.fetch_add(delay.as_millis() as u64, Ordering::Relaxed);
+                stats
+                    .backoff_ms
+                    .fetch_add(delay.as_millis() as u64, Ordering::Relaxed);
                 tokio::time::sleep(delay).await;
             }
             match AssertUnwindSafe(lp.run()).catch_unwind().await {

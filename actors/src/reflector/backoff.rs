@@ -21,19 +21,33 @@ pub struct Backoff {
 
 impl Default for Backoff {
     fn default() -> Self {
-        Backoff::new(Duration::from_millis(800), Duration::from_secs(30), Duration::from_secs(120))
+        Backoff::new(
+            Duration::from_millis(800),
+            Duration::from_secs(30),
+            Duration::from_secs(120),
+        )
     }
 }
 
 impl Backoff {
     /// A backoff from `initial`, doubling up to `cap`, reset after `reset_after` without a step.
     pub fn new(initial: Duration, cap: Duration, reset_after: Duration) -> Self {
-        Backoff { initial, cap, reset_after, next: initial, last_step: None, steps: 0 }
+        Backoff {
+            initial,
+            cap,
+            reset_after,
+            next: initial,
+            last_step: None,
+            steps: 0,
+        }
     }
 
     /// The next wait. `jitter` is a uniform sample in `[0, 1)`: the wait is `d × (1 + jitter)`.
     pub fn next_delay(&mut self, now: Instant, jitter: f64) -> Duration {
-        if self.last_step.is_some_and(|t| now.saturating_duration_since(t) >= self.reset_after) {
+        if self
+            .last_step
+            .is_some_and(|t| now.saturating_duration_since(t) >= self.reset_after)
+        {
             self.reset();
         }
         let base = self.next;
@@ -69,7 +83,9 @@ mod tests {
     fn r_2_doubles_to_the_cap_with_jitter_in_d_2d() {
         let mut b = Backoff::default();
         let t = Instant::now();
-        let waits: Vec<_> = (0..8).map(|i| b.next_delay(t + Duration::from_secs(i), 0.0)).collect();
+        let waits: Vec<_> = (0..8)
+            .map(|i| b.next_delay(t + Duration::from_secs(i), 0.0))
+            .collect();
         let ms: Vec<_> = waits.iter().map(|d| d.as_millis()).collect();
         assert_eq!(ms, vec![800, 1600, 3200, 6400, 12800, 25600, 30000, 30000]);
         let mut b = Backoff::default();
@@ -84,8 +100,14 @@ mod tests {
         for _ in 0..5 {
             b.next_delay(t, 0.0);
         }
-        assert_eq!(b.next_delay(t + Duration::from_secs(119), 0.0), Duration::from_millis(25600));
-        assert_eq!(b.next_delay(t + Duration::from_secs(119 + 120), 0.0), Duration::from_millis(800));
+        assert_eq!(
+            b.next_delay(t + Duration::from_secs(119), 0.0),
+            Duration::from_millis(25600)
+        );
+        assert_eq!(
+            b.next_delay(t + Duration::from_secs(119 + 120), 0.0),
+            Duration::from_millis(800)
+        );
         assert_eq!(b.steps(), 1);
     }
 }

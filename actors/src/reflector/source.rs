@@ -98,12 +98,23 @@ where
                 Err(err) => {
                     let failure = classify(&err);
                     if pages > 0 && failure == Failure::Expired {
-                        tracing::info!("continue token expired; falling back to one unpaginated list");
-                        let full = ListParams { limit: None, continue_token: None, ..first.clone() };
+                        tracing::info!(
+                            "continue token expired; falling back to one unpaginated list"
+                        );
+                        let full = ListParams {
+                            limit: None,
+                            continue_token: None,
+                            ..first.clone()
+                        };
                         let list = self.api.list(&full).await.map_err(|e| classify(&e))?;
                         let rv = list.metadata.resource_version.clone().unwrap_or_default();
                         progress(list.items.len() as u64, None);
-                        return Ok(Listed { items: list.items, resource_version: rv, paginated: true, total_hint: None });
+                        return Ok(Listed {
+                            items: list.items,
+                            resource_version: rv,
+                            paginated: true,
+                            total_hint: None,
+                        });
                     }
                     tracing::warn!(%err, "list failed");
                     return Err(failure);
@@ -112,7 +123,10 @@ where
             pages += 1;
             if resource_version.is_none() {
                 resource_version = Some(page.metadata.resource_version.clone().unwrap_or_default());
-                total_hint = page.metadata.remaining_item_count.map(|r| r.max(0) as u64 + page.items.len() as u64);
+                total_hint = page
+                    .metadata
+                    .remaining_item_count
+                    .map(|r| r.max(0) as u64 + page.items.len() as u64);
             }
             let next = page.metadata.continue_.clone().filter(|c| !c.is_empty());
             items.extend(page.items);
@@ -143,7 +157,8 @@ where
         &self,
         req: &WatchRequest,
         streaming: bool,
-    ) -> Result<impl Stream<Item = Result<SourceEvent<K>, Failure>> + Send + Unpin + use<K>, Failure> {
+    ) -> Result<impl Stream<Item = Result<SourceEvent<K>, Failure>> + Send + Unpin + use<K>, Failure>
+    {
         let mut wp = WatchParams {
             label_selector: self.label_selector.clone(),
             field_selector: self.field_selector.clone(),
@@ -156,10 +171,14 @@ where
         if streaming {
             wp = wp.initial_events();
         }
-        let stream = self.api.watch(&wp, &req.resource_version).await.map_err(|err| {
-            tracing::warn!(%err, "opening the watch failed");
-            classify(&err)
-        })?;
+        let stream = self
+            .api
+            .watch(&wp, &req.resource_version)
+            .await
+            .map_err(|err| {
+                tracing::warn!(%err, "opening the watch failed");
+                classify(&err)
+            })?;
         Ok(stream
             .map_err(|err| {
                 tracing::warn!(%err, "watch stream error");
@@ -190,20 +209,23 @@ pub fn classify(err: &kube::Error) -> Failure {
     match err {
         kube::Error::Api(status) => {
             let retry_after = status.details.as_ref().and_then(|d| {
-                (d.retry_after_seconds > 0).then(|| Duration::from_secs(u64::from(d.retry_after_seconds)))
+                (d.retry_after_seconds > 0)
+                    .then(|| Duration::from_secs(u64::from(d.retry_after_seconds)))
             });
-            let too_large = status
-                .details
-                .as_ref()
-                .is_some_and(|d| d.causes.iter().any(|c| c.reason == "ResourceVersionTooLarge" || c.message.contains("Too large resource version")));
+            let too_large = status.details.as_ref().is_some_and(|d| {
+                d.causes.iter().any(|c| {
+                    c.reason == "ResourceVersionTooLarge"
+                        || c.message.contains("Too large resource version")
+                })
+            });
             if too_large {
                 return Failure::TooLargeResourceVersion;
             }
             classify_status(status.code, &status.reason, &status.message, retry_after)
         }
-        kube::Error::SerdeError(_) | kube::Error::FromUtf8(_) | kube::Error::LinesCodecMaxLineLengthExceeded => {
-            Failure::Malformed
-        }
+        kube::Error::SerdeError(_)
+        | kube::Error::FromUtf8(_)
+        | kube::Error::LinesCodecMaxLineLengthExceeded => Failure::Malformed,
         other => {
             if error_chain_has(other, std::io::ErrorKind::ConnectionRefused) {
                 Failure::ConnectionRefused
@@ -214,7 +236,12 @@ pub fn classify(err: &kube::Error) -> Failure {
     }
 }
 
-fn classify_status(code: u16, reason: &str, message: &str, retry_after: Option<Duration>) -> Failure {
+fn classify_status(
+    code: u16,
+    reason: &str,
+    message: &str,
+    retry_after: Option<Duration>,
+) -> Failure {
     match (code, reason) {
         (410, _) | (_, "Expired") | (_, "Gone") => Failure::Expired,
         (_, "Timeout") | (504, _) if message.contains("Too large resource version") => {
@@ -229,10 +256,10 @@ fn classify_status(code: u16, reason: &str, message: &str, retry_after: Option<D
 fn error_chain_has(err: &(dyn std::error::Error + 'static), kind: std::io::ErrorKind) -> bool {
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err);
     while let Some(e) = cur {
-        if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            if io.kind() == kind {
-                return true;
-            }
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && io.kind() == kind
+        {
+            return true;
         }
         if e.to_string().contains("Connection refused") {
             return true;
@@ -248,16 +275,32 @@ mod tests {
 
     #[test]
     fn statuses_map_to_failures() {
-        assert_eq!(classify_status(410, "Expired", "too old resource version: 1 (5)", None), Failure::Expired);
         assert_eq!(
-            classify_status(504, "Timeout", "Timeout: Too large resource version: 99, current: 5", None),
+            classify_status(410, "Expired", "too old resource version: 1 (5)", None),
+            Failure::Expired
+        );
+        assert_eq!(
+            classify_status(
+                504,
+                "Timeout",
+                "Timeout: Too large resource version: 99, current: 5",
+                None
+            ),
             Failure::TooLargeResourceVersion
         );
         assert_eq!(
             classify_status(429, "TooManyRequests", "", Some(Duration::from_secs(2))),
-            Failure::TooManyRequests { retry_after: Some(Duration::from_secs(2)) }
+            Failure::TooManyRequests {
+                retry_after: Some(Duration::from_secs(2))
+            }
         );
-        assert_eq!(classify_status(500, "InternalError", "", None), Failure::Other);
-        assert_eq!(classify_status(422, "Invalid", "", None), Failure::Unsupported);
+        assert_eq!(
+            classify_status(500, "InternalError", "", None),
+            Failure::Other
+        );
+        assert_eq!(
+            classify_status(422, "Invalid", "", None),
+            Failure::Unsupported
+        );
     }
 }

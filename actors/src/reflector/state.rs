@@ -127,7 +127,11 @@ pub struct ReflectorOptions {
 
 impl Default for ReflectorOptions {
     fn default() -> Self {
-        ReflectorOptions { page_size: 500, streaming_lists: false, backoff: Backoff::default() }
+        ReflectorOptions {
+            page_size: 500,
+            streaming_lists: false,
+            backoff: Backoff::default(),
+        }
     }
 }
 
@@ -204,7 +208,11 @@ impl ReflectorState {
         };
         // A streaming list starts at "" or at the last RV; it needs no pages.
         let streaming = self.streaming_lists;
-        ListRequest { version, page_size: if streaming { None } else { page_size }, streaming }
+        ListRequest {
+            version,
+            page_size: if streaming { None } else { page_size },
+            streaming,
+        }
     }
 
     /// A list (or streaming list) succeeded with this resourceVersion.
@@ -222,7 +230,13 @@ impl ReflectorState {
     }
 
     /// A list failed. `jitter` is uniform in `[0, 1)`.
-    pub fn list_failed(&mut self, failure: &Failure, streaming: bool, now: Instant, jitter: f64) -> Next {
+    pub fn list_failed(
+        &mut self,
+        failure: &Failure,
+        streaming: bool,
+        now: Instant,
+        jitter: f64,
+    ) -> Next {
         match failure {
             Failure::Expired | Failure::TooLargeResourceVersion => {
                 self.rv_unavailable = true;
@@ -245,7 +259,10 @@ impl ReflectorState {
         self.watch_started = Some(now);
         self.watch_events = 0;
         let secs = MIN_WATCH_TIMEOUT.as_secs_f64() * (1.0 + jitter.clamp(0.0, 0.999_999));
-        WatchRequest { resource_version: self.last_sync_rv.clone(), timeout_secs: secs as u32 }
+        WatchRequest {
+            resource_version: self.last_sync_rv.clone(),
+            timeout_secs: secs as u32,
+        }
     }
 
     /// Opening a watch failed.
@@ -273,10 +290,15 @@ impl ReflectorState {
 
     /// The watch ended.
     pub fn watch_ended(&mut self, end: &WatchEnd, now: Instant, jitter: f64) -> Next {
-        let lasted = self.watch_started.map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
+        let lasted = self
+            .watch_started
+            .map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
         match end {
             WatchEnd::Closed if lasted < VERY_SHORT_WATCH && self.watch_events == 0 => {
-                tracing::warn!(?lasted, "very short watch: closed in under a second with no event");
+                tracing::warn!(
+                    ?lasted,
+                    "very short watch: closed in under a second with no event"
+                );
                 Next::ListAfter(self.delay(&Failure::Other, now, jitter))
             }
             WatchEnd::Closed => {
@@ -286,9 +308,9 @@ impl ReflectorState {
                 }
                 Next::Watch
             }
-            WatchEnd::Failed(failure @ (Failure::TooManyRequests { .. } | Failure::ConnectionRefused)) => {
-                Next::WatchAfter(self.delay(failure, now, jitter))
-            }
+            WatchEnd::Failed(
+                failure @ (Failure::TooManyRequests { .. } | Failure::ConnectionRefused),
+            ) => Next::WatchAfter(self.delay(failure, now, jitter)),
             WatchEnd::Failed(failure) => Next::ListAfter(self.delay(failure, now, jitter)),
         }
     }
@@ -296,7 +318,9 @@ impl ReflectorState {
     fn delay(&mut self, failure: &Failure, now: Instant, jitter: f64) -> Duration {
         let d = self.backoff.next_delay(now, jitter);
         match failure {
-            Failure::TooManyRequests { retry_after: Some(r) } => d.max(*r),
+            Failure::TooManyRequests {
+                retry_after: Some(r),
+            } => d.max(*r),
             _ => d,
         }
     }
@@ -315,7 +339,11 @@ mod tests {
         let s = state();
         assert_eq!(
             s.list_request(),
-            ListRequest { version: ListVersion::Any, page_size: Some(500), streaming: false }
+            ListRequest {
+                version: ListVersion::Any,
+                page_size: Some(500),
+                streaming: false
+            }
         );
     }
 
@@ -325,7 +353,11 @@ mod tests {
         s.list_succeeded("10", false);
         assert_eq!(
             s.list_request(),
-            ListRequest { version: ListVersion::NotOlderThan("10".into()), page_size: None, streaming: false }
+            ListRequest {
+                version: ListVersion::NotOlderThan("10".into()),
+                page_size: None,
+                streaming: false
+            }
         );
         let mut s = state();
         s.list_succeeded("10", true);
@@ -342,7 +374,10 @@ mod tests {
             assert_eq!(s.list_request().version, ListVersion::MostRecent);
             assert_eq!(s.list_request().page_size, Some(500));
             s.list_succeeded("20", false);
-            assert_eq!(s.list_request().version, ListVersion::NotOlderThan("20".into()));
+            assert_eq!(
+                s.list_request().version,
+                ListVersion::NotOlderThan("20".into())
+            );
         }
     }
 
@@ -351,9 +386,18 @@ mod tests {
         let t = Instant::now();
         let mut s = state();
         s.list_succeeded("10", false);
-        assert_eq!(s.list_failed(&Failure::ConnectionRefused, false, t, 0.0), Next::ListAfter(Duration::from_millis(800)));
-        assert_eq!(s.list_failed(&Failure::Other, false, t, 0.0), Next::ListAfter(Duration::from_millis(1600)));
-        assert_eq!(s.list_request().version, ListVersion::NotOlderThan("10".into()));
+        assert_eq!(
+            s.list_failed(&Failure::ConnectionRefused, false, t, 0.0),
+            Next::ListAfter(Duration::from_millis(800))
+        );
+        assert_eq!(
+            s.list_failed(&Failure::Other, false, t, 0.0),
+            Next::ListAfter(Duration::from_millis(1600))
+        );
+        assert_eq!(
+            s.list_request().version,
+            ListVersion::NotOlderThan("10".into())
+        );
     }
 
     #[test]
@@ -362,7 +406,13 @@ mod tests {
         let mut s = state();
         s.list_succeeded("42", false);
         let w = s.watch_request(t, 0.0);
-        assert_eq!(w, WatchRequest { resource_version: "42".into(), timeout_secs: 300 });
+        assert_eq!(
+            w,
+            WatchRequest {
+                resource_version: "42".into(),
+                timeout_secs: 300
+            }
+        );
         assert_eq!(s.watch_request(t, 0.999_999_9).timeout_secs, 599);
         assert_eq!(s.watch_restarts(), 1);
     }
@@ -373,13 +423,28 @@ mod tests {
         let mut s = state();
         s.list_succeeded("1", false);
         assert_eq!(
-            s.watch_open_failed(&Failure::TooManyRequests { retry_after: Some(Duration::from_secs(5)) }, t, 0.0),
+            s.watch_open_failed(
+                &Failure::TooManyRequests {
+                    retry_after: Some(Duration::from_secs(5))
+                },
+                t,
+                0.0
+            ),
             Next::WatchAfter(Duration::from_secs(5))
         );
-        assert_eq!(s.watch_open_failed(&Failure::ConnectionRefused, t, 0.0), Next::WatchAfter(Duration::from_millis(1600)));
+        assert_eq!(
+            s.watch_open_failed(&Failure::ConnectionRefused, t, 0.0),
+            Next::WatchAfter(Duration::from_millis(1600))
+        );
         // Unlike kube-runtime, a 410 when opening a watch relists (at the last RV).
-        assert!(matches!(s.watch_open_failed(&Failure::Expired, t, 0.0), Next::ListAfter(_)));
-        assert_eq!(s.list_request().version, ListVersion::NotOlderThan("1".into()));
+        assert!(matches!(
+            s.watch_open_failed(&Failure::Expired, t, 0.0),
+            Next::ListAfter(_)
+        ));
+        assert_eq!(
+            s.list_request().version,
+            ListVersion::NotOlderThan("1".into())
+        );
     }
 
     #[test]
@@ -398,7 +463,10 @@ mod tests {
         s.list_succeeded("10", false);
         s.watch_request(t, 0.0);
         s.event_processed("11");
-        assert_eq!(s.watch_ended(&WatchEnd::Closed, t + Duration::from_millis(10), 0.0), Next::Watch);
+        assert_eq!(
+            s.watch_ended(&WatchEnd::Closed, t + Duration::from_millis(10), 0.0),
+            Next::Watch
+        );
         assert_eq!(s.backoff().steps(), 0);
     }
 
@@ -409,11 +477,24 @@ mod tests {
         s.list_succeeded("10", false);
         s.watch_request(t, 0.0);
         s.event_processed("12");
-        assert!(matches!(s.watch_ended(&WatchEnd::Failed(Failure::Expired), t, 0.0), Next::ListAfter(_)));
-        assert_eq!(s.list_request().version, ListVersion::NotOlderThan("12".into()));
-        assert!(matches!(s.watch_ended(&WatchEnd::Failed(Failure::Malformed), t, 0.0), Next::ListAfter(_)));
         assert!(matches!(
-            s.watch_ended(&WatchEnd::Failed(Failure::TooManyRequests { retry_after: None }), t, 0.0),
+            s.watch_ended(&WatchEnd::Failed(Failure::Expired), t, 0.0),
+            Next::ListAfter(_)
+        ));
+        assert_eq!(
+            s.list_request().version,
+            ListVersion::NotOlderThan("12".into())
+        );
+        assert!(matches!(
+            s.watch_ended(&WatchEnd::Failed(Failure::Malformed), t, 0.0),
+            Next::ListAfter(_)
+        ));
+        assert!(matches!(
+            s.watch_ended(
+                &WatchEnd::Failed(Failure::TooManyRequests { retry_after: None }),
+                t,
+                0.0
+            ),
             Next::WatchAfter(_)
         ));
     }
@@ -424,9 +505,15 @@ mod tests {
         let mut s = state();
         s.list_succeeded("10", false);
         s.watch_request(t, 0.0);
-        assert!(matches!(s.watch_ended(&WatchEnd::Closed, t + Duration::from_millis(100), 0.0), Next::ListAfter(_)));
+        assert!(matches!(
+            s.watch_ended(&WatchEnd::Closed, t + Duration::from_millis(100), 0.0),
+            Next::ListAfter(_)
+        ));
         s.watch_request(t, 0.0);
-        assert_eq!(s.watch_ended(&WatchEnd::Closed, t + Duration::from_secs(2), 0.0), Next::Watch);
+        assert_eq!(
+            s.watch_ended(&WatchEnd::Closed, t + Duration::from_secs(2), 0.0),
+            Next::Watch
+        );
     }
 
     #[test]
@@ -454,13 +541,23 @@ mod tests {
     #[test]
     fn r_25_streaming_list_falls_back_to_list_when_unsupported() {
         let t = Instant::now();
-        let mut s = ReflectorState::new(ReflectorOptions { streaming_lists: true, ..Default::default() });
+        let mut s = ReflectorState::new(ReflectorOptions {
+            streaming_lists: true,
+            ..Default::default()
+        });
         assert!(s.list_request().streaming);
         assert_eq!(s.list_request().page_size, None);
-        assert_eq!(s.list_failed(&Failure::Unsupported, true, t, 0.0), Next::List);
+        assert_eq!(
+            s.list_failed(&Failure::Unsupported, true, t, 0.0),
+            Next::List
+        );
         assert_eq!(
             s.list_request(),
-            ListRequest { version: ListVersion::Any, page_size: Some(500), streaming: false }
+            ListRequest {
+                version: ListVersion::Any,
+                page_size: Some(500),
+                streaming: false
+            }
         );
     }
 

@@ -43,14 +43,20 @@ fn now() -> std::time::Instant {
 impl ResyncTimer {
     /// A timer that sends [`ResyncDue`] to `indexer`.
     pub fn new(indexer: Recipient<ResyncDue>) -> Self {
-        ResyncTimer { schedule: ResyncSchedule::new(), indexer, timer: None }
+        ResyncTimer {
+            schedule: ResyncSchedule::new(),
+            indexer,
+            timer: None,
+        }
     }
 
     fn reschedule(&mut self, ctx: &mut Context<Self>) {
         if let Some(h) = self.timer.take() {
             ctx.cancel_future(h);
         }
-        let Some(at) = self.schedule.next_wakeup() else { return };
+        let Some(at) = self.schedule.next_wakeup() else {
+            return;
+        };
         let wait = at.saturating_duration_since(now());
         self.timer = Some(ctx.run_later(wait, |act, ctx| {
             act.timer = None;

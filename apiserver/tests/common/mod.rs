@@ -53,7 +53,12 @@ impl Answer {
 }
 
 /// Send a raw request and read the whole answer.
-pub async fn request(method: &str, url: &str, content_type: Option<&str>, body: impl Into<Bytes>) -> Answer {
+pub async fn request(
+    method: &str,
+    url: &str,
+    content_type: Option<&str>,
+    body: impl Into<Bytes>,
+) -> Answer {
     let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
     let mut req = http::Request::builder().method(method).uri(url);
     if let Some(ct) = content_type {
@@ -71,7 +76,11 @@ pub async fn request(method: &str, url: &str, content_type: Option<&str>, body: 
         .expect("body timed out")
         .expect("body failed")
         .to_bytes();
-    Answer { status, headers, body }
+    Answer {
+        status,
+        headers,
+        body,
+    }
 }
 
 pub async fn get(url: &str) -> Answer {
@@ -108,7 +117,9 @@ impl Line {
         self.event()["type"].as_str().unwrap_or_default()
     }
     pub fn name(&self) -> &str {
-        self.event()["object"]["metadata"]["name"].as_str().unwrap_or_default()
+        self.event()["object"]["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
     }
     pub fn rv(&self) -> u64 {
         self.event()["object"]["metadata"]["resourceVersion"]
@@ -239,7 +250,10 @@ pub fn cm(name: &str, labels: &[(&str, &str)]) -> Value {
 pub async fn eventually(within: Duration, what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + within;
     while !cond() {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
