@@ -158,7 +158,6 @@ where
         Ok(Informer {
             inner: Arc::new(Shared {
                 indexer,
-                fifo,
                 reflector,
                 resync,
                 reader,
@@ -192,6 +191,10 @@ pub struct InformerStats {
     pub events: u64,
     /// Failed requests.
     pub failures: u64,
+    /// Panics caught in the Reflector (each one restarted it).
+    pub reflector_panics: u64,
+    /// Milliseconds spent waiting in backoff.
+    pub backoff_ms: u64,
     /// Adds, updates and deletes applied to the cache.
     pub added: u64,
     /// Updates applied (unchanged relist/resync replays excluded).
@@ -212,7 +215,6 @@ pub struct InformerStats {
 
 struct Shared<K: Object> {
     indexer: Addr<Indexer<K>>,
-    fifo: Addr<DeltaFifo<K>>,
     reflector: Addr<Reflector<K>>,
     resync: Addr<ResyncTimer>,
     reader: kinformer_actors::indexer::CacheReader<K>,
@@ -336,6 +338,8 @@ where
             watch_restarts: r(&s.reflector.watch_restarts),
             events: r(&s.reflector.events),
             failures: r(&s.reflector.failures),
+            reflector_panics: r(&s.reflector.panics),
+            backoff_ms: r(&s.reflector.backoff_ms),
             added: r(&s.indexer.added),
             updated: r(&s.indexer.updated),
             deleted: r(&s.indexer.deleted),
@@ -347,9 +351,9 @@ where
         }
     }
 
-    /// Stops listing and watching; subscribers receive nothing more.
+    /// Stops listing and watching for good. What is already queued is still
+    /// delivered; nothing new arrives. An informer cannot be restarted (SI-4).
     pub async fn stop(&self) {
         let _ = self.inner.reflector.send(StopReflector).await;
-        let _ = &self.inner.fifo;
     }
 }

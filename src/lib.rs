@@ -40,10 +40,12 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod factory;
 mod informer;
 mod store;
 mod subscription;
 
+pub use factory::InformerFactory;
 pub use informer::{Informer, InformerBuilder, InformerError, InformerStats};
 pub use kinformer_actors as actors;
 pub use kinformer_actors::indexer::{CacheError, IndexFn};

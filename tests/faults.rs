@@ -1,0 +1,374 @@
+//! The engine under faults and in its less common shapes: shared informers,
+//! panics, streaming lists, custom resources, error storms, and random
+//! schedules of writes and faults that must always converge.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use actix::prelude::*;
+use common::*;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kinformer::actors::reflector::Backoff;
+use kinformer::{Event, Informer, InformerFactory, SubscribeOptions};
+use kinformer_apiserver::{Failure, ServerHandle, Verb};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use rand::{Rng, SeedableRng};
+
+const SYNC: Duration = Duration::from_secs(60);
+const SETTLE: Duration = Duration::from_secs(30);
+
+fn fast_backoff() -> Backoff {
+    Backoff::new(
+        Duration::from_millis(20),
+        Duration::from_millis(200),
+        Duration::from_secs(120),
+    )
+}
+
+#[actix::test]
+async fn factory_shares_one_informer_per_resource_namespace_and_selectors() {
+    let server = server(10_000);
+    server.seed_configmaps("default", 10).unwrap();
+    let factory = InformerFactory::new();
+    let api = || kube::Api::<ConfigMap>::namespaced(client(&server), "default");
+    let first = factory.informer(api(), None, None, |b| b).unwrap();
+    let second = factory
+        .informer(api(), None, None, |b| b.page_size(1))
+        .unwrap();
+    let other = factory
+        .informer(api(), Some("app=test"), None, |b| b)
+        .unwrap();
+    assert_eq!(factory.len(), 2);
+    let (a, log_a) = Recorder::start();
+    let (b, log_b) = Recorder::start();
+    first
+        .subscribe(a.recipient(), SubscribeOptions::default())
+        .await
+        .unwrap();
+    second
+        .subscribe(b.recipient(), SubscribeOptions::default())
+        .await
+        .unwrap();
+    first.wait_for_sync(SYNC).await.unwrap();
+    other.wait_for_sync(SYNC).await.unwrap();
+    // Both subscriptions hang off one informer: it counts both subscribers.
+    eventually(SETTLE, "both subscribers on one informer", || {
+        second.stats().subscribers == 2
+    })
+    .await;
+    let truth = server_view(&server);
+    eventually(SETTLE, "both views", || {
+        log_a.lock().unwrap().view == truth && log_b.lock().unwrap().view == truth
+    })
+    .await;
+}
+
+/// A subscriber whose handler panics on its `n`-th event.
+struct Panicker {
+    seen: usize,
+    panic_at: usize,
+}
+
+impl Actor for Panicker {
+    type Context = Context<Self>;
+}
+
+impl Handler<Event<ConfigMap>> for Panicker {
+    type Result = ();
+
+    fn handle(&mut self, _: Event<ConfigMap>, _: &mut Context<Self>) {
+        self.seen += 1;
+        if self.seen == self.panic_at {
+            panic!("subscriber bug (expected by the test)");
+        }
+    }
+}
+
+#[actix::test]
+async fn a_subscriber_that_panics_is_removed_and_others_are_unaffected() {
+    let server = server(10_000);
+    server.seed_configmaps("default", 10).unwrap();
+    let informer = informer(&server).start().unwrap();
+    let panicker = Panicker {
+        seen: 0,
+        panic_at: 3,
+    }
+    .start();
+    let doomed = informer
+        .subscribe(panicker.recipient(), SubscribeOptions::default())
+        .await
+        .unwrap();
+    let (alive, log) = Recorder::start();
+    informer
+        .subscribe(alive.recipient(), SubscribeOptions::default())
+        .await
+        .unwrap();
+    informer.wait_for_sync(SYNC).await.unwrap();
+    eventually(SETTLE, "the panicking subscriber is removed", || {
+        doomed.is_gone()
+    })
+    .await;
+    server
+        .create("", "configmaps", Some("default"), configmap("later", "1"))
+        .unwrap();
+    let truth = server_view(&server);
+    eventually(SETTLE, "the other subscriber goes on", || {
+        log.lock().unwrap().view == truth
+    })
+    .await;
+    assert!(
+        !doomed.has_synced(),
+        "a subscriber that died during its initial adds never syncs"
+    );
+    eventually(SETTLE, "lost subscriber counted", || {
+        informer.stats().subscribers_lost == 1
+    })
+    .await;
+}
+
+#[actix::test]
+async fn a_panic_in_the_reflector_loop_is_contained_and_restarts_it() {
+    let server = server(10_000);
+    server.seed_configmaps("default", 10).unwrap();
+    let armed = Arc::new(AtomicBool::new(true));
+    let trigger = armed.clone();
+    let informer = informer(&server)
+        .backoff(fast_backoff())
+        .transform(move |cm: ConfigMap| {
+            if cm.metadata.name.as_deref() == Some("boom") && trigger.swap(false, Ordering::SeqCst)
+            {
+                panic!("transform bug (expected by the test)");
+            }
+            cm
+        })
+        .start()
+        .unwrap();
+    let (a, log) = Recorder::start();
+    informer
+        .subscribe(a.recipient(), SubscribeOptions::default())
+        .await
+        .unwrap();
+    informer.wait_for_sync(SYNC).await.unwrap();
+    server
+        .create("", "configmaps", Some("default"), configmap("boom", "1"))
+        .unwrap();
+    let truth = server_view(&server);
+    eventually(SETTLE, "the informer recovers and converges", || {
+        log.lock().unwrap().view == truth
+    })
+    .await;
+    let stats = informer.stats();
+    assert_eq!(stats.reflector_panics, 1);
+    assert!(
+        stats.relists >= 1,
+        "a contained panic restarts the Reflector, which relists"
+    );
+}
+
+#[actix::test]
+async fn streaming_lists_sync_and_keep_watching() {
+    let server = server(10_000);
+    server.seed_configmaps("default", 1_000).unwrap();
+    let informer = informer(&server).streaming_lists(true).start().unwrap();
+    let (a, log) = Recorder::start();
+    let sub = informer
+        .subscribe(a.recipient(), SubscribeOptions::default())
+        .await
+        .unwrap();
+    sub.wait_for_sync(SYNC).await.unwrap();
+    assert_eq!(informer.store().snapshot().len(), 1_000);
+    server
+        .create(
+            "",
+            "configmaps",
+            Some("default"),
+            configmap("streamed", "1"),
+        )
+        .unwrap();
+    let truth = server_view(&server);
+    eventually(SETTLE, "watch continues after the streaming list", || {
+        log.lock().unwrap().view == truth
+    })
+    .await;
+    assert_eq!(informer.stats().relists, 0);
+}
+
+/// Records the keys of `DynamicObject` events.
+struct DynRecorder(Arc<Mutex<Vec<(String, String)>>>);
+
+impl Actor for DynRecorder {
+    type Context = Context<Self>;
+}
+
+impl Handler<Event<DynamicObject>> for DynRecorder {
+    type Result = ();
+
+    fn handle(&mut self, event: Event<DynamicObject>, _: &mut Context<Self>) {
+        let kind = match event {
+            Event::Added { .. } => "Added",
+            Event::Updated { .. } => "Updated",
+            Event::Deleted { .. } => "Deleted",
+        };
+        self.0
+            .lock()
+            .unwrap()
+            .push((kind.to_owned(), event.key().to_string()));
+    }
+}
+
+#[actix::test]
+async fn custom_resources_through_dynamic_objects() {
+    let server = server(10_000);
+    let gvk = GroupVersionKind::gvk("example.com", "v1", "Widget");
+    let ar = ApiResource::from_gvk_with_plural(&gvk, "widgets");
+    let api = kube::Api::<DynamicObject>::namespaced_with(client(&server), "default", &ar);
+    let informer = Informer::builder(api).start().unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    informer
+        .subscribe(
+            DynRecorder(seen.clone()).start().recipient(),
+            SubscribeOptions::default(),
+        )
+        .await
+        .unwrap();
+    informer.wait_for_sync(SYNC).await.unwrap();
+    let widget = serde_json::json!({
+        "apiVersion": "example.com/v1", "kind": "Widget",
+        "metadata": {"name": "w1", "namespace": "default"}, "spec": {"size": 3}
+    });
+    server
+        .create("example.com", "widgets", Some("default"), widget)
+        .unwrap();
+    server
+        .delete("example.com", "widgets", Some("default"), "w1")
+        .unwrap();
+    eventually(SETTLE, "widget add and delete", || {
+        seen.lock().unwrap().len() == 2
+    })
+    .await;
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen[0], ("Added".to_owned(), "default/w1".to_owned()));
+    assert_eq!(seen[1], ("Deleted".to_owned(), "default/w1".to_owned()));
+}
+
+#[actix::test]
+async fn list_500_storm_backs_off_with_growing_delays_then_syncs() {
+    let server = server(10_000);
+    server.seed_configmaps("default", 10).unwrap();
+    server.faults().fail_next(Verb::List, 4, Failure::Internal);
+    let informer = informer(&server)
+        .backoff(Backoff::new(
+            Duration::from_millis(50),
+            Duration::from_secs(1),
+            Duration::from_secs(120),
+        ))
+        .start()
+        .unwrap();
+    let t0 = tokio::time::Instant::now();
+    informer.wait_for_sync(SYNC).await.unwrap();
+    let stats = informer.stats();
+    assert_eq!(stats.failures, 4);
+    // Four jittered waits of at least 50, 100, 200 and 400 ms.
+    assert!(
+        stats.backoff_ms >= 750,
+        "backoff waited {} ms",
+        stats.backoff_ms
+    );
+    assert!(t0.elapsed() >= Duration::from_millis(750));
+}
+
+/// Applies a random schedule of writes and faults; every subscriber must end
+/// with the server's state (the convergence property).
+async fn converge_under_random_faults(seed: u64) {
+    let server: ServerHandle = server(200);
+    server.seed_configmaps("default", 20).unwrap();
+    let informer = informer(&server).backoff(fast_backoff()).start().unwrap();
+    let (block, log_block) = Recorder::start();
+    let (coalesce, log_coalesce) = Recorder::start();
+    informer
+        .subscribe(block.recipient(), SubscribeOptions::default().capacity(4))
+        .await
+        .unwrap();
+    informer
+        .subscribe(
+            coalesce.recipient(),
+            SubscribeOptions::default()
+                .policy(kinformer::OverflowPolicy::Coalesce)
+                .resync(Duration::from_secs(1)),
+        )
+        .await
+        .unwrap();
+    informer.wait_for_sync(SYNC).await.unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    for step in 0..120 {
+        let name = format!("k{}", rng.random_range(0..30));
+        match rng.random_range(0..100) {
+            0..=39 => {
+                let _ = server.create(
+                    "",
+                    "configmaps",
+                    Some("default"),
+                    configmap(&name, &step.to_string()),
+                );
+            }
+            40..=69 => {
+                if let Ok(mut o) = server.get("", "configmaps", Some("default"), &name) {
+                    o["data"]["value"] = step.to_string().into();
+                    let _ = server.update("", "configmaps", Some("default"), o);
+                }
+            }
+            70..=84 => {
+                let _ = server.delete("", "configmaps", Some("default"), &name);
+            }
+            85..=88 => server.faults().close_all_watches(),
+            89..=91 => {
+                server.faults().compact();
+                server.faults().close_all_watches();
+            }
+            92..=93 => server.faults().inject_malformed_line(),
+            94..=96 => server.faults().fail_next(
+                Verb::Watch,
+                2,
+                Failure::TooManyRequests {
+                    retry_after_secs: 0,
+                },
+            ),
+            _ => server.faults().fail_next(Verb::List, 2, Failure::Internal),
+        }
+        if rng.random_range(0..10) == 0 {
+            tokio::time::sleep(Duration::from_millis(rng.random_range(0..30))).await;
+        }
+    }
+    let truth = server_view(&server);
+    for (name, log) in [("block", &log_block), ("coalesce", &log_coalesce)] {
+        eventually(
+            SETTLE,
+            &format!("seed {seed}: {name} subscriber converges"),
+            || log.lock().unwrap().view == truth,
+        )
+        .await;
+    }
+    let cached: std::collections::BTreeMap<String, String> = informer
+        .store()
+        .snapshot()
+        .list()
+        .iter()
+        .map(|o| {
+            (
+                format!("default/{}", o.metadata.name.clone().unwrap_or_default()),
+                o.metadata.resource_version.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(cached, truth, "seed {seed}: cache equals server");
+}
+
+#[actix::test]
+async fn random_writes_and_faults_always_converge() {
+    for seed in 1..=4 {
+        converge_under_random_faults(seed).await;
+    }
+}
