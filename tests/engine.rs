@@ -72,13 +72,26 @@ async fn initial_sync_across_pages_then_changes_reach_every_subscriber_in_order(
         .delete("", "configmaps", Some("default"), "x")
         .unwrap();
     let truth = server_view(&server);
-    for log in [&log_a, &log_b] {
-        eventually(SETTLE, "the delete of x reaches the subscriber", || {
-            let log = log.lock().unwrap();
+    eventually(
+        SETTLE,
+        "the delete of x reaches the Block subscriber",
+        || {
+            let log = log_a.lock().unwrap();
             log.view == truth && log.count(|s| s.key == "default/x" && s.kind == "Deleted") == 1
-        })
-        .await;
-    }
+        },
+    )
+    .await;
+    // The Coalesce subscriber may merge Added+Deleted of x into nothing; it
+    // must have caught up and hold the same final state.
+    eventually(SETTLE, "the Coalesce subscriber caught up", || {
+        sub_b
+            .stats()
+            .pending
+            .load(std::sync::atomic::Ordering::Relaxed)
+            == 0
+            && log_b.lock().unwrap().view == truth
+    })
+    .await;
     // The Block subscriber sees every change of x, in order; Coalesce may merge.
     let kinds: Vec<_> = log_a
         .lock()
@@ -513,4 +526,65 @@ async fn too_many_requests_on_watch_backs_off_without_relist() {
     .await;
     assert_eq!(informer.stats().relists, 0, "429 on watch must not relist");
     assert!(informer.stats().failures >= 3);
+}
+
+#[actix::test]
+async fn unsubscribe_waits_for_the_handler_in_progress_then_nothing_more_arrives() {
+    let server = server(10_000);
+    server.seed_configmaps("default", 3).unwrap();
+    let informer = informer(&server).start().unwrap();
+    let (gate_tx, gate_rx) = watch::channel(true);
+    let (a, log) = Recorder::gated(gate_rx);
+    let sub = informer
+        .subscribe(a.recipient(), SubscribeOptions::default())
+        .await
+        .unwrap();
+    sub.wait_for_sync(SYNC).await.unwrap();
+
+    // The subscriber is now busy with one event.
+    gate_tx.send_replace(false);
+    server
+        .create("", "configmaps", Some("default"), configmap("busy", "1"))
+        .unwrap();
+    eventually(SETTLE, "the busy event is being handled", || {
+        log.lock().unwrap().view.contains_key("default/busy")
+    })
+    .await;
+    let unsubscribed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = unsubscribed.clone();
+    actix::spawn(async move {
+        sub.unsubscribe().await;
+        flag.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+    // While the handler is still running, unsubscribe has not returned.
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert!(!unsubscribed.load(std::sync::atomic::Ordering::SeqCst));
+    gate_tx.send_replace(true);
+    eventually(
+        SETTLE,
+        "unsubscribe returns once the handler finished",
+        || unsubscribed.load(std::sync::atomic::Ordering::SeqCst),
+    )
+    .await;
+    let seen = log.lock().unwrap().events.len();
+    server
+        .create("", "configmaps", Some("default"), configmap("after", "1"))
+        .unwrap();
+    // A second subscriber proves the event was distributed; the first saw nothing more.
+    let (b, log_b) = Recorder::start();
+    informer
+        .subscribe(b.recipient(), SubscribeOptions::default())
+        .await
+        .unwrap();
+    eventually(SETTLE, "the event was distributed", || {
+        log_b.lock().unwrap().view.contains_key("default/after")
+    })
+    .await;
+    assert_eq!(log.lock().unwrap().events.len(), seen);
+    eventually(SETTLE, "one subscriber left", || {
+        informer.stats().subscribers == 1
+    })
+    .await;
 }

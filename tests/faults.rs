@@ -344,12 +344,34 @@ async fn converge_under_random_faults(seed: u64) {
     }
     let truth = server_view(&server);
     for (name, log) in [("block", &log_block), ("coalesce", &log_coalesce)] {
-        eventually(
-            SETTLE,
-            &format!("seed {seed}: {name} subscriber converges"),
-            || log.lock().unwrap().view == truth,
-        )
-        .await;
+        let end = tokio::time::Instant::now() + SETTLE;
+        while log.lock().unwrap().view != truth {
+            if tokio::time::Instant::now() > end {
+                let log = log.lock().unwrap();
+                let diff: Vec<String> = truth
+                    .iter()
+                    .filter(|(k, v)| log.view.get(*k) != Some(v))
+                    .map(|(k, v)| format!("{k}: server {v}, seen {:?}", log.view.get(k)))
+                    .chain(
+                        log.view
+                            .keys()
+                            .filter(|k| !truth.contains_key(*k))
+                            .map(|k| format!("{k}: only seen")),
+                    )
+                    .collect();
+                let keys: Vec<&str> = diff.iter().filter_map(|d| d.split(':').next()).collect();
+                let history: Vec<_> = log
+                    .events
+                    .iter()
+                    .filter(|e| keys.contains(&e.key.as_str()))
+                    .collect();
+                panic!(
+                    "seed {seed}: {name} subscriber did not converge: {diff:?}\nits events for those keys: {history:?}\ninformer: {:?}",
+                    informer.stats()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
     let cached: std::collections::BTreeMap<String, String> = informer
         .store()

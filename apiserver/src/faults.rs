@@ -75,7 +75,7 @@ pub struct WatchFaultState {
 
 struct FaultsInner {
     watch_tx: watch::Sender<WatchFaultState>,
-    failures: Mutex<HashMap<Verb, VecDeque<Failure>>>,
+    failures: Mutex<HashMap<Verb, VecDeque<(Failure, u32)>>>,
     latency: Mutex<Duration>,
     store: Arc<Store>,
 }
@@ -132,14 +132,16 @@ impl Faults {
 
     /// Fail the next `count` requests of `verb` with `failure`.
     pub fn fail_next(&self, verb: Verb, count: u32, failure: Failure) {
+        if count == 0 {
+            return;
+        }
         let mut f = self.inner.failures.lock();
-        let q = f.entry(verb).or_default();
-        q.extend(std::iter::repeat_n(failure, count as usize));
+        f.entry(verb).or_default().push_back((failure, count));
     }
 
-    /// Delay every API request by `latency` (zero turns it off).
+    /// Delay every API request by `latency` (zero turns it off; capped at one hour).
     pub fn set_latency(&self, latency: Duration) {
-        *self.inner.latency.lock() = latency;
+        *self.inner.latency.lock() = latency.min(Duration::from_secs(3600));
     }
 
     /// Stall (or resume) every watch stream: the connection stays open but nothing is sent.
@@ -174,7 +176,15 @@ impl Faults {
 
     /// The next injected failure for `verb`, if one is queued (consumes it).
     pub fn take_failure(&self, verb: Verb) -> Option<Failure> {
-        self.inner.failures.lock().get_mut(&verb)?.pop_front()
+        let mut failures = self.inner.failures.lock();
+        let queue = failures.get_mut(&verb)?;
+        let (failure, left) = queue.front_mut()?;
+        let failure = *failure;
+        *left -= 1;
+        if *left == 0 {
+            queue.pop_front();
+        }
+        Some(failure)
     }
 
     /// Current injected latency.
@@ -193,7 +203,7 @@ impl Faults {
             .failures
             .lock()
             .iter()
-            .map(|(v, q)| (*v, q.len()))
+            .map(|(v, q)| (*v, q.iter().map(|(_, n)| *n as usize).sum()))
             .collect()
     }
 

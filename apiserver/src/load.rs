@@ -41,14 +41,12 @@ pub fn seed_configmap(index: usize) -> Value {
 
 /// Seed `count` objects equal to `seed_configmap(i)` (plus server metadata) into `namespace`,
 /// rendering JSON directly: fast enough for 100k objects in a debug build.
-pub fn seed_configmaps_fast(
-    store: &Store,
-    namespace: &str,
-    count: usize,
-) -> Result<(), ApiError> {
+pub fn seed_configmaps_fast(store: &Store, namespace: &str, count: usize) -> Result<(), ApiError> {
     let res = store.resolve("", "configmaps")?;
     if !crate::object::valid_object_name(namespace) || namespace.contains('.') {
-        return Err(ApiError::bad_request(format!("invalid namespace \"{namespace}\"")));
+        return Err(ApiError::bad_request(format!(
+            "invalid namespace \"{namespace}\""
+        )));
     }
     let created = crate::object::now_timestamp();
     for index in 0..count {
@@ -65,7 +63,12 @@ pub fn seed_configmaps_fast(
             s.truncate(240);
             s
         };
-        let (alpha, beta, gamma, delta) = (filler("alpha"), filler("beta"), filler("gamma"), filler("delta"));
+        let (alpha, beta, gamma, delta) = (
+            filler("alpha"),
+            filler("beta"),
+            filler("gamma"),
+            filler("delta"),
+        );
         let key = ObjKey::new(namespace, &name);
         let uid2 = uid.clone();
         store.create_rendered(res, key, labels, uid, |rv| {
@@ -234,22 +237,29 @@ impl Churner {
                 .delete(self.res, &key, &DeletePreconditions::default(), false)
                 .map(|_| &self.counters.deleted),
             Ok(current) => {
-                let mut v = current.to_value();
+                let v = current.to_value();
                 let counter = v["data"]["counter"]
                     .as_str()
                     .and_then(|s| s.parse::<u64>().ok())
                     .unwrap_or(0);
-                v["data"]["counter"] = json!((counter + 1).to_string());
-                if flip {
-                    let phase = if v["metadata"]["labels"]["phase"] == "a" {
-                        "b"
-                    } else {
-                        "a"
-                    };
-                    v["metadata"]["labels"]["phase"] = json!(phase);
-                }
+                let phase = v["metadata"]["labels"]["phase"].as_str().unwrap_or("a");
+                let phase = match (flip, phase) {
+                    (false, p) => p.to_string(),
+                    (true, "a") => "b".to_string(),
+                    (true, _) => "a".to_string(),
+                };
+                let body = json!({
+                    "metadata": {"name": name, "labels": {"churn": "true", "phase": phase}},
+                    "data": {"counter": (counter + 1).to_string(), "payload": "x".repeat(200)},
+                });
                 self.store
-                    .update(self.res, self.namespace.as_deref(), Some(&name), v, false)
+                    .update(
+                        self.res,
+                        self.namespace.as_deref(),
+                        Some(&name),
+                        body,
+                        false,
+                    )
                     .map(|_| &self.counters.updated)
             }
         };
@@ -348,21 +358,34 @@ mod tests {
         seed_configmaps_fast(&fast, "ns", 3).unwrap();
         let slow = Store::new(Registry::new(ResourceType::defaults()), 100, 10);
         let res = slow.resolve("", "configmaps").unwrap();
-        slow.create(res, Some("ns"), seed_configmap(2), false).unwrap();
+        slow.create(res, Some("ns"), seed_configmap(2), false)
+            .unwrap();
         let strip = |mut v: Value| {
             for f in ["uid", "creationTimestamp", "resourceVersion"] {
                 v["metadata"].as_object_mut().unwrap().remove(f);
             }
             v
         };
-        let page = fast.list(res, &ObjectFilter::default(), None, None, None).unwrap();
+        let page = fast
+            .list(res, &ObjectFilter::default(), None, None, None)
+            .unwrap();
         assert_eq!(page.items.len(), 3);
         let a = page.items[2].to_value();
         assert_eq!(page.items[2].labels["shard"], "2");
-        assert_eq!(a["metadata"]["resourceVersion"], page.items[2].rv.to_string());
-        let b = slow.list(res, &ObjectFilter::default(), None, None, None).unwrap().items[0].to_value();
+        assert_eq!(
+            a["metadata"]["resourceVersion"],
+            page.items[2].rv.to_string()
+        );
+        let b = slow
+            .list(res, &ObjectFilter::default(), None, None, None)
+            .unwrap()
+            .items[0]
+            .to_value();
         assert_eq!(strip(a), strip(b));
-        assert!(seed_configmaps_fast(&fast, "ns", 1).is_err(), "duplicates are refused");
+        assert!(
+            seed_configmaps_fast(&fast, "ns", 1).is_err(),
+            "duplicates are refused"
+        );
     }
 
     #[test]

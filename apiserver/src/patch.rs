@@ -49,8 +49,8 @@ fn strip_directives(v: &mut Value) {
         }
         Value::Array(items) => {
             items.retain(|i| {
-                !i.as_object()
-                    .is_some_and(|o| o.get("$patch").and_then(Value::as_str) == Some("delete"))
+                i.as_object()
+                    .is_none_or(|o| o.get("$patch").and_then(Value::as_str) != Some("delete"))
             });
             for child in items {
                 strip_directives(child);

@@ -205,11 +205,13 @@ impl Query {
             .map_err(|e| ApiError::bad_request(e.to_string()))?;
         let timeout_seconds = match get("timeoutSeconds") {
             None | Some("") => None,
+            // 0 means "no timeout requested", like the real server.
             Some(s) => Some(s.parse::<u64>().map_err(|_| {
                 ApiError::bad_request(format!(
                     "timeoutSeconds: Invalid value: \"{s}\": must be a non-negative integer"
                 ))
-            })?),
+            })?)
+            .filter(|t| *t > 0),
         };
         let allow_bookmarks = match get("allowWatchBookmarks") {
             Some(v) => parse_bool("allowWatchBookmarks", v)?,
@@ -238,7 +240,8 @@ impl Query {
     }
 
     fn validate(&self) -> Result<(), ApiError> {
-        if self.rv_match.is_some() && self.rv == RvParam::Unset {
+        let watch_list = self.watch && self.send_initial_events.is_some();
+        if self.rv_match.is_some() && self.rv == RvParam::Unset && !watch_list {
             return Err(list_options_invalid(
                 "resourceVersionMatch",
                 "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
@@ -330,6 +333,12 @@ mod tests {
         assert_eq!(q.rv, RvParam::Any);
         assert_eq!(q.send_initial_events, Some(true));
         assert_eq!(q.timeout_seconds, Some(290));
+        // a consistent streaming list may leave resourceVersion unset
+        let q = Query::parse(Some(
+            "watch=1&allowWatchBookmarks=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan",
+        ))
+        .unwrap();
+        assert_eq!(q.rv, RvParam::Unset);
     }
 
     #[test]

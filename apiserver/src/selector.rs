@@ -339,13 +339,16 @@ impl LabelSelector {
     }
 }
 
-/// A supported field in a field selector.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A field in a field selector.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Field {
     /// `metadata.name`
     Name,
     /// `metadata.namespace`
     Namespace,
+    /// Any other dotted path into the object (e.g. `status.phase`, `involvedObject.name`):
+    /// a superset of the per-kind fields real servers support. Missing fields read as `""`.
+    Path(Vec<String>),
 }
 
 /// One `field=value` or `field!=value` term.
@@ -356,7 +359,7 @@ struct FieldTerm {
     negated: bool,
 }
 
-/// A parsed field selector over `metadata.name` and `metadata.namespace`.
+/// A parsed field selector (`metadata.name`, `metadata.namespace`, or dotted paths).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FieldSelector {
     terms: Vec<FieldTerm>,
@@ -427,7 +430,17 @@ impl FieldSelector {
                 "metadata.name" => Field::Name,
                 "metadata.namespace" => Field::Namespace,
                 other => {
-                    return Err(SelectorError(format!("field label not supported: {other}")));
+                    let segments: Vec<String> = other.split('.').map(str::to_string).collect();
+                    let valid = segments.iter().all(|seg| {
+                        !seg.is_empty()
+                            && seg
+                                .chars()
+                                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+                    });
+                    if !valid {
+                        return Err(SelectorError(format!("field label not supported: {other}")));
+                    }
+                    Field::Path(segments)
                 }
             };
             terms.push(FieldTerm {
@@ -449,12 +462,38 @@ impl FieldSelector {
         self
     }
 
-    /// Whether an object with this namespace and name is selected.
+    /// Whether an object with this namespace and name is selected (path fields read as `""`).
     pub fn matches(&self, namespace: &str, name: &str) -> bool {
+        self.matches_with(namespace, name, || None)
+    }
+
+    /// Whether an object is selected; `object` is only called (once) when a path field needs it.
+    pub fn matches_with(
+        &self,
+        namespace: &str,
+        name: &str,
+        object: impl FnOnce() -> Option<serde_json::Value>,
+    ) -> bool {
+        let mut object = Some(object);
+        let mut parsed: Option<Option<serde_json::Value>> = None;
         self.terms.iter().all(|t| {
-            let actual = match t.field {
+            let path_value;
+            let actual = match &t.field {
                 Field::Name => name,
                 Field::Namespace => namespace,
+                Field::Path(segments) => {
+                    let doc = parsed.get_or_insert_with(|| object.take().and_then(|f| f()));
+                    let mut cur = doc.as_ref();
+                    for seg in segments {
+                        cur = cur.and_then(|v| v.get(seg.as_str()));
+                    }
+                    path_value = match cur {
+                        Some(serde_json::Value::String(s)) => s.clone(),
+                        Some(serde_json::Value::Null) | None => String::new(),
+                        Some(other) => other.to_string(),
+                    };
+                    path_value.as_str()
+                }
             };
             (actual == t.value) != t.negated
         })
@@ -559,7 +598,14 @@ mod tests {
         let f = FieldSelector::parse("metadata.namespace!=kube-system,metadata.name==a").unwrap();
         assert!(f.matches("default", "a"));
         assert!(!f.matches("kube-system", "a"));
-        assert!(FieldSelector::parse("spec.nodeName=x").is_err());
+        assert!(FieldSelector::parse("spec.node Name=x").is_err());
+        assert!(FieldSelector::parse("spec..x=y").is_err());
+        let f = FieldSelector::parse("status.phase=Running,spec.replicas!=3").unwrap();
+        let obj = serde_json::json!({"status": {"phase": "Running"}, "spec": {"replicas": 2}});
+        assert!(f.matches_with("", "p", || Some(obj.clone())));
+        let obj = serde_json::json!({"status": {"phase": "Running"}, "spec": {"replicas": 3}});
+        assert!(!f.matches_with("", "p", || Some(obj.clone())));
+        assert!(!f.matches("", "p"), "a missing field reads as empty");
         assert!(FieldSelector::parse("garbage").is_err());
         let f = FieldSelector::parse(r"metadata.name=a\,b").unwrap();
         assert!(f.matches("", "a,b"));
@@ -585,7 +631,11 @@ impl ObjectFilter {
             .as_deref()
             .is_none_or(|ns| *object.key.namespace == *ns)
             && self.labels.matches(&object.labels)
-            && self.fields.matches(&object.key.namespace, &object.key.name)
+            && self
+                .fields
+                .matches_with(&object.key.namespace, &object.key.name, || {
+                    serde_json::from_slice(&object.json).ok()
+                })
     }
 
     /// Whether label or field selectors narrow the result (the real server then omits `remainingItemCount`).

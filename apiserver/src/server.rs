@@ -371,15 +371,14 @@ async fn api_inner(state: &Arc<AppState>, req: Request) -> Result<Response, ApiE
                 .store
                 .delete_collection(res, &filter, query.dry_run || dry)?;
             let rv = state.store.current_rv();
-            Ok(Response::new(Body::from_stream(list_body(
+            Ok(with_json_type(Response::new(Body::from_stream(list_body(
                 &rt.list_kind(),
                 &rt.api_version(),
                 rv,
                 None,
                 None,
                 deleted,
-            ))))
-            .map(with_json_type)
+            )))))
         }
         _ => Err(ApiError::new(
             Reason::MethodNotAllowed,
@@ -622,7 +621,11 @@ async fn watch(
         filter,
         bookmarks: query.allow_bookmarks,
         initial_events_end: initial_end,
-        deadline: tokio::time::Instant::now() + timeout,
+        deadline: {
+            let now = tokio::time::Instant::now();
+            now.checked_add(timeout.min(Duration::from_secs(7 * 24 * 3600)))
+                .unwrap_or(now)
+        },
         bookmark_interval: state.config.bookmark_interval,
         table: table.then(|| rt.clone()),
     };

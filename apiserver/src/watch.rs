@@ -242,7 +242,13 @@ impl WatchStream {
             }
             if state.stalled {
                 tokio::select! {
-                    _ = self.faults.changed() => {}
+                    r = self.faults.changed() => {
+                        if r.is_err() {
+                            // The server is gone: end the stream rather than spin.
+                            self.finished = true;
+                            return None;
+                        }
+                    }
                     _ = tokio::time::sleep_until(self.spec.deadline) => {}
                 }
                 continue;
@@ -287,7 +293,12 @@ impl WatchStream {
             }
             tokio::select! {
                 biased;
-                _ = self.faults.changed() => {}
+                r = self.faults.changed() => {
+                    if r.is_err() {
+                        self.finished = true;
+                        return None;
+                    }
+                }
                 ev = self.rx.recv() => match ev {
                     Some(ev) => {
                         let mut buf = BytesMut::new();

@@ -288,10 +288,20 @@ async fn list_errors_and_pagination() {
         "BadRequest",
     );
     assert_status(
-        &get(&format!("{base}?fieldSelector=spec.nodeName%3Dx")).await,
+        &get(&format!("{base}?fieldSelector=spec.node%20name%3Dx")).await,
         400,
         "BadRequest",
     );
+    assert_status(
+        &get(&format!("{base}?fieldSelector=nonsense")).await,
+        400,
+        "BadRequest",
+    );
+    // any other dotted path selects on the object's content
+    let by_data = get(&format!("{base}?fieldSelector=data.key%3Dc4"))
+        .await
+        .json();
+    assert_eq!(by_data["items"].as_array().unwrap().len(), 1);
     assert_status(
         &get(&format!("{base}?resourceVersionMatch=Exact")).await,
         422,

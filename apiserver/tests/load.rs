@@ -24,7 +24,10 @@ async fn a_100k_list_streams_without_stalling_other_requests() {
         (a, t.elapsed())
     });
     // while the big list streams, small requests keep being answered quickly
-    let health = format!("{}/api/v1/namespaces/big/configmaps/seed-000042", server.url());
+    let health = format!(
+        "{}/api/v1/namespaces/big/configmaps/seed-000042",
+        server.url()
+    );
     let mut worst = Duration::ZERO;
     while !list.is_finished() {
         let t = Instant::now();
@@ -34,30 +37,53 @@ async fn a_100k_list_streams_without_stalling_other_requests() {
     }
     let (a, took) = list.await.unwrap();
     assert_eq!(a.status, 200);
-    assert!(a.body.len() > 100_000 * 1_000, "body {} bytes", a.body.len());
+    assert!(
+        a.body.len() > 100_000 * 1_000,
+        "body {} bytes",
+        a.body.len()
+    );
     let v = a.json();
     assert_eq!(v["items"].as_array().unwrap().len(), 100_000);
-    eprintln!("100k list: {} MB in {took:?}; slowest concurrent get {worst:?}", a.body.len() / 1_000_000);
-    assert!(worst < Duration::from_secs(2), "server stalled for {worst:?}");
+    eprintln!(
+        "100k list: {} MB in {took:?}; slowest concurrent get {worst:?}",
+        a.body.len() / 1_000_000
+    );
+    assert!(
+        worst < Duration::from_secs(2),
+        "server stalled for {worst:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hundred_watchers_all_get_every_event() {
     let server = start().await;
     let rv = server.resource_version();
-    let url = format!("{}/api/v1/namespaces/fan/configmaps?watch=1&resourceVersion={rv}", server.url());
+    let url = format!(
+        "{}/api/v1/namespaces/fan/configmaps?watch=1&resourceVersion={rv}",
+        server.url()
+    );
     let mut watchers = join_all((0..100).map(|_| WatchLines::open(&url))).await;
-    eventually(Duration::from_secs(10), "100 watchers", || server.watcher_count() == 100).await;
+    eventually(Duration::from_secs(10), "100 watchers", || {
+        server.watcher_count() == 100
+    })
+    .await;
     let writer = {
         let server = server.clone();
         tokio::task::spawn_blocking(move || {
             for i in 0..200 {
-                server.create("", "configmaps", Some("fan"), cm(&format!("c{i}"), &[])).unwrap();
+                server
+                    .create("", "configmaps", Some("fan"), cm(&format!("c{i}"), &[]))
+                    .unwrap();
             }
         })
     };
     let t = Instant::now();
-    let results = join_all(watchers.iter_mut().map(|w| w.events(200, Duration::from_secs(30)))).await;
+    let results = join_all(
+        watchers
+            .iter_mut()
+            .map(|w| w.events(200, Duration::from_secs(30))),
+    )
+    .await;
     writer.await.unwrap();
     for evs in results {
         assert_eq!(evs.len(), 200);
@@ -79,7 +105,10 @@ async fn history_stays_bounded_under_churn() {
         max_ops: Some(5_000),
         ..ChurnSpec::default()
     });
-    eventually(Duration::from_secs(30), "churn done", || churn.is_finished()).await;
+    eventually(Duration::from_secs(30), "churn done", || {
+        churn.is_finished()
+    })
+    .await;
     let stats = churn.stop();
     assert_eq!(stats.total(), 5_000);
     let (len, _) = server.history_stats();
@@ -100,12 +129,20 @@ async fn churn_is_deterministic_for_a_seed() {
             max_ops: Some(300),
             ..ChurnSpec::default()
         });
-        eventually(Duration::from_secs(20), "churn done", || churn.is_finished()).await;
+        eventually(Duration::from_secs(20), "churn done", || {
+            churn.is_finished()
+        })
+        .await;
         let stats = churn.stop();
         let state: Vec<(String, serde_json::Value)> = server
             .list("", "configmaps", Some("churn"))
             .into_iter()
-            .map(|v| (v["metadata"]["name"].as_str().unwrap().to_string(), v["data"].clone()))
+            .map(|v| {
+                (
+                    v["metadata"]["name"].as_str().unwrap().to_string(),
+                    v["data"].clone(),
+                )
+            })
             .collect();
         finals.push((stats, state));
     }
@@ -122,14 +159,20 @@ fn binary_prints_its_address_serves_and_stops_on_ctrl_c() {
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let first = lines.next().unwrap().unwrap();
-    let url = first.strip_prefix("listening on ").expect(&first).to_string();
+    let url = first
+        .strip_prefix("listening on ")
+        .expect(&first)
+        .to_string();
     assert!(url.starts_with("http://127.0.0.1:"));
     let hint = lines.next().unwrap().unwrap();
     assert!(hint.contains(&format!("kubectl --server {url}")), "{hint}");
     let rt = tokio::runtime::Runtime::new().unwrap();
     let list = rt.block_on(get(&format!("{url}/api/v1/namespaces/default/configmaps")));
     assert_eq!(list.json()["items"].as_array().unwrap().len(), 25);
-    let status = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
     assert!(status.success());
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {

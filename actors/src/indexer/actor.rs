@@ -6,8 +6,9 @@
 //!   listener has accepted its events: a `Block` listener that is full holds
 //!   the pipeline back; a `Coalesce` listener never does.
 //! - Updates whose resourceVersion did not change (a relist of an unchanged
-//!   object) go only to the subscribers marked syncing at the last resync
-//!   check (SI-10), so a relist is no update storm.
+//!   object) go only to the subscribers that are due for resync, i.e. whose
+//!   resync sweep is in progress (client-go: flagged at the last check,
+//!   SI-10), so a relist is no update storm.
 //! - A subscriber added at any time first receives the current cache as
 //!   `Initial` adds, while deltas wait (SI-5); its sync state follows HS-2.
 //! - A resync replays the current cache, in chunks between batches, to the

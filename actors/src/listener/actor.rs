@@ -116,8 +116,8 @@ impl<K: Send + Sync + 'static> Listener<K> {
         }
     }
 
-    /// Pushes what fits; returns false when events remain parked (queue full).
-    fn accept(&mut self, events: impl IntoIterator<Item = Event<K>>) -> bool {
+    /// Pushes what fits; the rest stays parked (queue full) in order.
+    fn accept(&mut self, events: impl IntoIterator<Item = Event<K>>) {
         let mut events = events.into_iter();
         while let Some(event) = self.parked.pop_front().or_else(|| events.next()) {
             let initial = event.is_initial();
@@ -134,12 +134,11 @@ impl<K: Send + Sync + 'static> Listener<K> {
                     self.parked.push_back(full.into_event());
                     self.parked.extend(events);
                     self.refresh_stats();
-                    return false;
+                    return;
                 }
             }
         }
         self.refresh_stats();
-        true
     }
 
     fn refresh_stats(&self) {
@@ -169,8 +168,10 @@ impl<K: Send + Sync + 'static> Listener<K> {
             return;
         };
         // Room freed: take parked notifications and release the producer.
-        if !self.parked.is_empty()
-            && self.accept(std::iter::empty())
+        if !self.parked.is_empty() {
+            self.accept(std::iter::empty());
+        }
+        if self.parked.is_empty()
             && let Some(reply) = self.parked_reply.take()
         {
             let _ = reply.send(Ok(()));
@@ -240,9 +241,11 @@ impl<K: Send + Sync + 'static> Handler<Deliver<K>> for Listener<K> {
         if self.stopping {
             return Box::pin(async { Err(ListenerGone) });
         }
-        let all_queued = self.accept(events);
+        self.accept(events);
         self.pump(ctx);
-        if all_queued {
+        // Decide after pumping: a delivery may already have made room for
+        // everything that was parked.
+        if self.parked.is_empty() {
             return Box::pin(async { Ok(()) });
         }
         let (tx, rx) = oneshot::channel();
@@ -280,5 +283,82 @@ impl<K: Send + Sync + 'static> Handler<StopListener> for Listener<K> {
         Box::pin(async move {
             let _ = rx.await;
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::Cause;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::ObjectMeta;
+    use std::time::Duration;
+
+    struct Sink(Arc<AtomicUsize>);
+
+    impl Actor for Sink {
+        type Context = Context<Self>;
+    }
+
+    impl Handler<Event<ConfigMap>> for Sink {
+        type Result = ();
+
+        fn handle(&mut self, _: Event<ConfigMap>, _: &mut Context<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn added(name: &str) -> Event<ConfigMap> {
+        let object = Arc::new(ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        Event::Added {
+            key: name.into(),
+            object,
+            cause: Cause::Watch,
+        }
+    }
+
+    /// Regression: a Deliver one larger than an idle Block listener's capacity
+    /// used to park its answer after the parked event had already moved into
+    /// the queue, so the answer never came and the informer stalled.
+    #[actix::test]
+    async fn deliver_larger_than_capacity_is_answered() {
+        let seen = Arc::new(AtomicUsize::new(0));
+        let sink = Sink(seen.clone()).start();
+        let (synced, _) = watch::channel(false);
+        let listener = Listener::new(
+            SubscriberId(1),
+            sink.recipient(),
+            ListenerOptions {
+                policy: OverflowPolicy::Block,
+                capacity: 4,
+            },
+            synced,
+            Arc::new(ListenerStats::default()),
+        )
+        .start();
+        for round in 0..3 {
+            let events = (0..5).map(|i| added(&format!("o{round}-{i}"))).collect();
+            let answer =
+                tokio::time::timeout(Duration::from_secs(5), listener.send(Deliver(events))).await;
+            assert!(
+                matches!(answer, Ok(Ok(Ok(())))),
+                "round {round}: Deliver was not answered"
+            );
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while seen.load(Ordering::SeqCst) < 15 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "only {} delivered",
+                seen.load(Ordering::SeqCst)
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 }
