@@ -394,3 +394,36 @@ async fn random_writes_and_faults_always_converge() {
         converge_under_random_faults(seed).await;
     }
 }
+
+#[actix::test]
+async fn refused_connections_back_off_until_the_server_appears() {
+    // A port nobody listens on (yet).
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut config = kube::Config::new(format!("http://{addr}").parse().unwrap());
+    config.default_retry = false;
+    let client = kube::Client::try_from(config).unwrap();
+    let informer = Informer::builder(kube::Api::<ConfigMap>::namespaced(client, "default"))
+        .backoff(fast_backoff())
+        .start()
+        .unwrap();
+    eventually(SETTLE, "a few refused lists", || {
+        informer.stats().failures >= 3
+    })
+    .await;
+    assert!(!informer.has_synced());
+    let server =
+        kinformer_apiserver::ApiServer::start_in_thread(kinformer_apiserver::ServerConfig {
+            listen: addr,
+            ..Default::default()
+        })
+        .unwrap();
+    server.seed_configmaps("default", 5).unwrap();
+    informer.wait_for_sync(SYNC).await.unwrap();
+    eventually(SETTLE, "the cache fills", || {
+        informer.store().snapshot().len() == 5
+    })
+    .await;
+}
