@@ -19,9 +19,7 @@ async fn warm_up(
     log: &std::sync::Arc<std::sync::Mutex<Log>>,
     name: &str,
 ) {
-    server
-        .create("", "configmaps", Some("default"), configmap(name, "warm"))
-        .unwrap();
+    create(&server, name, "warm");
     let key = format!("default/{name}");
     eventually(SETTLE, "the warm-up event", || {
         log.lock().unwrap().view.contains_key(&key)
@@ -60,9 +58,7 @@ async fn initial_sync_across_pages_then_changes_reach_every_subscriber_in_order(
         );
     }
 
-    server
-        .create("", "configmaps", Some("default"), configmap("x", "1"))
-        .unwrap();
+    create(&server, "x", "1");
     let mut cm = server.get("", "configmaps", Some("default"), "x").unwrap();
     cm["data"]["value"] = "2".into();
     server
@@ -143,11 +139,7 @@ async fn forced_watch_close_resumes_from_last_rv_without_relist_or_duplicates() 
         })
         .await;
     }
-    let truth = server_view(&server);
-    eventually(SETTLE, "view equals server", || {
-        log.lock().unwrap().view == truth
-    })
-    .await;
+    converges(&server, &log, "view equals server").await;
     let stats = informer.stats();
     assert_eq!(stats.relists, 0, "a clean close must re-watch, not relist");
     assert!(stats.watch_restarts >= 3);
@@ -195,11 +187,7 @@ async fn compaction_forces_relist_with_tombstones_and_no_update_storm() {
     server.faults().close_all_watches();
     server.faults().stall_watches(false);
 
-    let truth = server_view(&server);
-    eventually(SETTLE, "view equals server after relist", || {
-        log.lock().unwrap().view == truth
-    })
-    .await;
+    converges(&server, &log, "view equals server after relist").await;
     assert!(informer.stats().relists >= 1);
     let log = log.lock().unwrap();
     let deleted = format!("default/{}", names[0]);
@@ -325,14 +313,8 @@ async fn a_subscriber_that_stops_is_removed_and_others_go_on() {
         .await
         .unwrap();
     informer.wait_for_sync(SYNC).await.unwrap();
-    server
-        .create("", "configmaps", Some("default"), configmap("after", "1"))
-        .unwrap();
-    let truth = server_view(&server);
-    eventually(SETTLE, "live subscriber converges", || {
-        log.lock().unwrap().view == truth
-    })
-    .await;
+    create(&server, "after", "1");
+    converges(&server, &log, "live subscriber converges").await;
     eventually(SETTLE, "dead subscriber removed", || dead_sub.is_gone()).await;
     eventually(SETTLE, "informer counts the lost subscriber", || {
         informer.stats().subscribers_lost == 1
@@ -373,11 +355,10 @@ async fn stalled_coalesce_subscriber_delays_nobody_and_stays_bounded_by_keys() {
             server.update("", "configmaps", Some("default"), o).unwrap();
         }
     }
-    let truth = server_view(&server);
-    eventually(
-        SETTLE,
+    converges(
+        &server,
+        &fast_log,
         "the fast subscriber converges while the other is stalled",
-        || fast_log.lock().unwrap().view == truth,
     )
     .await;
     // Pending notifications of the stalled one are bounded by keys (2 per key at most).
@@ -389,10 +370,10 @@ async fn stalled_coalesce_subscriber_delays_nobody_and_stays_bounded_by_keys() {
             <= 2 * names.len() + 1
     );
     gate_tx.send_replace(true);
-    eventually(
-        SETTLE,
+    converges(
+        &server,
+        &stalled_log,
         "the stalled subscriber catches up with the final state",
-        || stalled_log.lock().unwrap().view == truth,
     )
     .await;
 }
@@ -476,11 +457,7 @@ async fn malformed_watch_line_is_logged_and_the_informer_recovers() {
             configmap("after-garbage", "1"),
         )
         .unwrap();
-    let truth = server_view(&server);
-    eventually(SETTLE, "view equals server after a malformed line", || {
-        log.lock().unwrap().view == truth
-    })
-    .await;
+    converges(&server, &log, "view equals server after a malformed line").await;
 }
 
 #[actix::test]
@@ -519,11 +496,7 @@ async fn too_many_requests_on_watch_backs_off_without_relist() {
         )
         .unwrap();
     eventually(SETTLE, "three 429s seen", || informer.stats().failures >= 3).await;
-    let truth = server_view(&server);
-    eventually(SETTLE, "view equals server after 429s", || {
-        log.lock().unwrap().view == truth
-    })
-    .await;
+    converges(&server, &log, "view equals server after 429s").await;
     assert_eq!(informer.stats().relists, 0, "429 on watch must not relist");
     assert!(informer.stats().failures >= 3);
 }
@@ -543,9 +516,7 @@ async fn unsubscribe_waits_for_the_handler_in_progress_then_nothing_more_arrives
 
     // The subscriber is now busy with one event.
     gate_tx.send_replace(false);
-    server
-        .create("", "configmaps", Some("default"), configmap("busy", "1"))
-        .unwrap();
+    create(&server, "busy", "1");
     eventually(SETTLE, "the busy event is being handled", || {
         log.lock().unwrap().view.contains_key("default/busy")
     })
@@ -569,9 +540,7 @@ async fn unsubscribe_waits_for_the_handler_in_progress_then_nothing_more_arrives
     )
     .await;
     let seen = log.lock().unwrap().events.len();
-    server
-        .create("", "configmaps", Some("default"), configmap("after", "1"))
-        .unwrap();
+    create(&server, "after", "1");
     // A second subscriber proves the event was distributed; the first saw nothing more.
     let (b, log_b) = Recorder::start();
     informer

@@ -111,14 +111,8 @@ async fn a_subscriber_that_panics_is_removed_and_others_are_unaffected() {
         doomed.is_gone()
     })
     .await;
-    server
-        .create("", "configmaps", Some("default"), configmap("later", "1"))
-        .unwrap();
-    let truth = server_view(&server);
-    eventually(SETTLE, "the other subscriber goes on", || {
-        log.lock().unwrap().view == truth
-    })
-    .await;
+    create(&server, "later", "1");
+    converges(&server, &log, "the other subscriber goes on").await;
     assert!(
         !doomed.has_synced(),
         "a subscriber that died during its initial adds never syncs"
@@ -152,14 +146,8 @@ async fn a_panic_in_the_reflector_loop_is_contained_and_restarts_it() {
         .await
         .unwrap();
     informer.wait_for_sync(SYNC).await.unwrap();
-    server
-        .create("", "configmaps", Some("default"), configmap("boom", "1"))
-        .unwrap();
-    let truth = server_view(&server);
-    eventually(SETTLE, "the informer recovers and converges", || {
-        log.lock().unwrap().view == truth
-    })
-    .await;
+    create(&server, "boom", "1");
+    converges(&server, &log, "the informer recovers and converges").await;
     let stats = informer.stats();
     assert_eq!(stats.reflector_panics, 1);
     assert!(
@@ -188,11 +176,7 @@ async fn streaming_lists_sync_and_keep_watching() {
             configmap("streamed", "1"),
         )
         .unwrap();
-    let truth = server_view(&server);
-    eventually(SETTLE, "watch continues after the streaming list", || {
-        log.lock().unwrap().view == truth
-    })
-    .await;
+    converges(&server, &log, "watch continues after the streaming list").await;
     assert_eq!(informer.stats().relists, 0);
 }
 

@@ -204,3 +204,19 @@ pub fn informer(server: &ServerHandle) -> kinformer::InformerBuilder<ConfigMap> 
         "default",
     ))
 }
+
+/// Creates ConfigMap `name` in `default` with `value`.
+pub fn create(server: &ServerHandle, name: &str, value: &str) {
+    server
+        .create("", "configmaps", Some("default"), configmap(name, value))
+        .expect("create configmap");
+}
+
+/// Waits until the subscriber's rebuilt view equals the server's ConfigMaps.
+pub async fn converges(server: &ServerHandle, log: &Arc<Mutex<Log>>, what: &str) {
+    let truth = server_view(server);
+    eventually(Duration::from_secs(30), what, || {
+        log.lock().unwrap().view == truth
+    })
+    .await;
+}

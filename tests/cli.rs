@@ -1,0 +1,334 @@
+//! The `kinformer` binary, end to end: `run --embedded --for 5s` and
+//! `watch configmaps -A -o json` against an embedded server the test starts,
+//! with writes made through kube-client.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kinformer_apiserver::{ApiServer, ServerConfig};
+use kube::api::{DeleteParams, ObjectMeta, PostParams};
+use serde_json::Value;
+
+fn kinformer() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kinformer"));
+    // Isolated from the developer's environment: no config file, no cluster, no overrides.
+    cmd.current_dir(std::env::temp_dir())
+        .env_remove("KINFORMER_CONFIG")
+        .env("KUBECONFIG", "/nonexistent/kubeconfig")
+        .env("RUST_LOG", "warn");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("KINFORMER__") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd
+}
+
+/// Waits for the process to end, at most `limit`; kills it past that.
+fn wait_output(child: Child, limit: Duration) -> Output {
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(out) => out.expect("wait for kinformer"),
+        Err(_) => {
+            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+            panic!("kinformer did not finish within {limit:?}");
+        }
+    }
+}
+
+#[test]
+fn run_embedded_for_5s_exits_0_with_a_summary() {
+    let started = Instant::now();
+    let child = kinformer()
+        .current_dir(env!("CARGO_MANIFEST_DIR")) // the repository's config.toml
+        .args(["run", "--embedded", "--for", "5s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn kinformer");
+    let out = wait_output(child, Duration::from_secs(40));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "exit {:?}\n{stdout}\n{stderr}",
+        out.status
+    );
+    assert!(started.elapsed() >= Duration::from_secs(5));
+    let first = stdout.lines().next().unwrap_or_default();
+    assert!(
+        first.contains("embedded API server") && first.contains("--embedded"),
+        "first line: {first}"
+    );
+    let summary: Vec<&str> = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("summary:"))
+        .collect();
+    assert!(!summary.is_empty(), "no summary:\n{stdout}");
+    let informer = summary
+        .iter()
+        .find(|l| l.trim_start().starts_with("configmaps"))
+        .unwrap_or_else(|| panic!("no informer line:\n{stdout}"));
+    assert!(informer.contains("synced true"), "{informer}");
+    // Both configured subscribers handled the initial list and the churn.
+    for sub in ["fast:", "slow:"] {
+        let line = summary
+            .iter()
+            .find(|l| l.trim_start().starts_with(sub))
+            .unwrap_or_else(|| panic!("no {sub} line:\n{stdout}"));
+        let handled: u64 = line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        assert!(handled >= 5_000, "{line}");
+        assert!(!line.contains(" 0 watch"), "no watch events reached {line}");
+    }
+    // Plain lines (stdout is a pipe): a live status line was printed.
+    assert!(stdout.contains("events/s"), "{stdout}");
+}
+
+/// Reads a child's stdout lines on a thread.
+fn lines(child: &mut Child) -> mpsc::Receiver<String> {
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// The next JSON line matching `pred`, within `limit`; every line must be one JSON object
+/// with exactly the documented fields.
+fn expect_line(
+    rx: &mpsc::Receiver<String>,
+    limit: Duration,
+    what: &str,
+    pred: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + limit;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = rx
+            .recv_timeout(left)
+            .unwrap_or_else(|_| panic!("no line for {what} within {limit:?}"));
+        let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        let obj = v.as_object().expect("an object per line");
+        let mut keys: Vec<&str> = obj.keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            [
+                "cause",
+                "finalStateUnknown",
+                "key",
+                "resourceVersion",
+                "type"
+            ],
+            "{line}"
+        );
+        assert!(["Added", "Updated", "Deleted"].contains(&v["type"].as_str().unwrap_or("")));
+        assert!(
+            ["initial", "watch", "relist", "resync"].contains(&v["cause"].as_str().unwrap_or(""))
+        );
+        if pred(&v) {
+            return v;
+        }
+    }
+}
+
+fn cm(name: &str, value: &str) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("default".into()),
+            ..ObjectMeta::default()
+        },
+        data: Some([("v".to_string(), value.to_string())].into()),
+        ..ConfigMap::default()
+    }
+}
+
+#[test]
+fn watch_json_prints_every_change_and_resyncs() {
+    let server = ApiServer::start_in_thread(ServerConfig::default()).expect("server");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _runtime = rt.enter(); // kube's client needs a runtime when it is built
+    let client = kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
+    let api = kube::Api::<ConfigMap>::namespaced(client, "default");
+    rt.block_on(api.create(&PostParams::default(), &cm("before", "0")))
+        .unwrap();
+
+    let mut child = kinformer()
+        .args([
+            "watch",
+            "configmaps",
+            "-A",
+            "-o",
+            "json",
+            "--resync",
+            "1s",
+            "--server",
+            &server.url(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn kinformer watch");
+    let rx = lines(&mut child);
+    let limit = Duration::from_secs(15);
+
+    // The initial list: proves the informer synced before the writes.
+    let v = expect_line(&rx, limit, "initial add", |v| {
+        v["key"] == "default/before" && v["cause"] == "initial"
+    });
+    assert_eq!(v["type"], "Added");
+
+    let created = rt
+        .block_on(api.create(&PostParams::default(), &cm("made", "1")))
+        .unwrap();
+    let v = expect_line(&rx, limit, "watch add", |v| v["key"] == "default/made");
+    assert_eq!(
+        (v["type"].as_str(), v["cause"].as_str()),
+        (Some("Added"), Some("watch"))
+    );
+    assert_eq!(
+        v["resourceVersion"].as_str(),
+        created.metadata.resource_version.as_deref()
+    );
+
+    let mut changed = created.clone();
+    changed.data = Some([("v".to_string(), "2".to_string())].into());
+    let updated = rt
+        .block_on(api.replace("made", &PostParams::default(), &changed))
+        .unwrap();
+    let v = expect_line(&rx, limit, "watch update", |v| {
+        v["key"] == "default/made" && v["cause"] == "watch"
+    });
+    assert_eq!(v["type"], "Updated");
+    assert_eq!(
+        v["resourceVersion"].as_str(),
+        updated.metadata.resource_version.as_deref()
+    );
+
+    rt.block_on(api.delete("made", &DeleteParams::default()))
+        .unwrap();
+    let v = expect_line(&rx, limit, "watch delete", |v| {
+        v["key"] == "default/made" && v["type"] == "Deleted"
+    });
+    assert_eq!(v["cause"], "watch");
+    assert_eq!(v["finalStateUnknown"], false);
+
+    // The resync period chosen on the command line: an unchanged replay.
+    let v = expect_line(&rx, limit, "resync", |v| v["cause"] == "resync");
+    assert_eq!(v["type"], "Updated");
+    assert_eq!(v["key"], "default/before");
+
+    let _ = child.kill();
+    let _ = child.wait();
+    server.shutdown();
+}
+
+#[test]
+fn watch_full_includes_the_object_and_text_is_one_line_each() {
+    let server = ApiServer::start_in_thread(ServerConfig::default()).expect("server");
+    server.seed_configmaps("default", 3).unwrap();
+    let mut child = kinformer()
+        .args([
+            "watch",
+            "configmaps",
+            "-n",
+            "default",
+            "-o",
+            "json",
+            "--full",
+        ])
+        .args(["--server", &server.url()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let rx = lines(&mut child);
+    let line = rx.recv_timeout(Duration::from_secs(15)).expect("a line");
+    let v: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(v["cause"], "initial");
+    assert_eq!(v["object"]["kind"], "ConfigMap", "{line}");
+    assert_eq!(
+        v["object"]["metadata"]["resourceVersion"],
+        v["resourceVersion"]
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+
+    let mut child = kinformer()
+        .args([
+            "watch",
+            "configmaps",
+            "-n",
+            "default",
+            "--server",
+            &server.url(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let rx = lines(&mut child);
+    for _ in 0..3 {
+        let line = rx.recv_timeout(Duration::from_secs(15)).expect("a line");
+        assert!(line.starts_with("ADDED"), "{line}");
+        assert!(
+            line.contains("initial") && line.contains("default/seed-"),
+            "{line}"
+        );
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    server.shutdown();
+}
+
+#[test]
+fn watch_unknown_resource_fails_with_its_name() {
+    let server = ApiServer::start_in_thread(ServerConfig::default()).expect("server");
+    let child = kinformer()
+        .args(["watch", "frobnicators", "-A", "--server", &server.url()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let out = wait_output(child, Duration::from_secs(20));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("frobnicators") && stderr.contains("unknown resource"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+    server.shutdown();
+}
+
+#[test]
+fn namespace_and_all_namespaces_contradict() {
+    let out = kinformer()
+        .args(["watch", "configmaps", "-n", "x", "-A"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--all-namespaces"), "{stderr}");
+}
