@@ -13,6 +13,7 @@ use kinformer_actors::indexer::{Cache, CacheError, IndexFn, Indexer, IndexerStat
 use kinformer_actors::listener::{Listener, ListenerOptions, ListenerStats, SubscriberId};
 use kinformer_actors::reflector::{
     Backoff, ListWatch, Reflector, ReflectorOptions, ReflectorStats, StopReflector, Transform,
+    WatchEndReason,
 };
 use kinformer_actors::resync::{ResyncTimer, ScheduleResync};
 use kube::Api;
@@ -124,7 +125,15 @@ where
         cache.publish();
         let reader = cache.reader();
         let stats = InformerStatsInner::default();
-        let indexer = Indexer::new(cache, stats.indexer.clone()).start();
+        let span = tracing::info_span!(
+            "informer",
+            resource = %self.api.resource_url(),
+            labels = self.label_selector.as_deref().unwrap_or(""),
+            fields = self.field_selector.as_deref().unwrap_or(""),
+        );
+        let indexer = Indexer::new(cache, stats.indexer.clone())
+            .in_span(tracing::info_span!(parent: &span, "indexer"))
+            .start();
         let (synced_tx, synced) = watch::channel(false);
         let fifo = DeltaFifo::new(
             reader.clone(),
@@ -133,6 +142,7 @@ where
             synced_tx,
             stats.fifo.clone(),
         )
+        .in_span(tracing::info_span!(parent: &span, "delta_fifo"))
         .start();
         let resync = ResyncTimer::new(indexer.clone().recipient()).start();
         let (rv_tx, rv) = watch::channel(String::new());
@@ -164,6 +174,7 @@ where
                 synced,
                 rv,
                 next_id: AtomicU64::new(1),
+                span,
                 default_resync: self.default_resync,
                 stats,
             }),
@@ -178,11 +189,30 @@ struct InformerStatsInner {
     indexer: Arc<IndexerStats>,
 }
 
+/// Watches that ended or failed to open, by reason.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WatchEnds {
+    /// Closed cleanly by the server (timeout, or on purpose): re-watched at once.
+    pub closed: u64,
+    /// 410 Expired: relisted.
+    pub expired: u64,
+    /// 429: backed off and re-watched.
+    pub throttled: u64,
+    /// Connection refused: backed off and re-watched.
+    pub refused: u64,
+    /// A malformed line: relisted.
+    pub malformed: u64,
+    /// Any other error: relisted.
+    pub other: u64,
+}
+
 /// A snapshot of an informer's counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct InformerStats {
     /// Objects cached.
     pub objects: usize,
+    /// Lists made, the first one included.
+    pub lists: u64,
     /// Lists made after the first one.
     pub relists: u64,
     /// Watches re-opened.
@@ -205,6 +235,12 @@ pub struct InformerStats {
     pub tombstones: u64,
     /// Deltas waiting in the DeltaFIFO.
     pub queued_deltas: usize,
+    /// Keys waiting in the DeltaFIFO.
+    pub queued_keys: usize,
+    /// True while the DeltaFIFO holds the Reflector back (back-pressure).
+    pub fifo_saturated: bool,
+    /// Watches that ended or failed to open, by reason.
+    pub watch_ends: WatchEnds,
     /// Live subscribers.
     pub subscribers: usize,
     /// Subscribers removed because their actor stopped.
@@ -221,6 +257,7 @@ struct Shared<K: Object> {
     synced: watch::Receiver<bool>,
     rv: watch::Receiver<String>,
     next_id: AtomicU64,
+    span: tracing::Span,
     default_resync: Duration,
     stats: InformerStatsInner,
 }
@@ -276,6 +313,7 @@ where
             synced_tx,
             stats.clone(),
         )
+        .in_span(tracing::info_span!(parent: &self.inner.span, "listener", subscriber = %id))
         .start();
         let period = options.resync.unwrap_or(self.inner.default_resync);
         self.inner
@@ -334,6 +372,7 @@ where
         let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
         InformerStats {
             objects: s.indexer.objects.load(Ordering::Relaxed),
+            lists: r(&s.reflector.lists),
             relists: r(&s.reflector.relists),
             watch_restarts: r(&s.reflector.watch_restarts),
             events: r(&s.reflector.events),
@@ -345,6 +384,16 @@ where
             deleted: r(&s.indexer.deleted),
             tombstones: r(&s.indexer.tombstones),
             queued_deltas: s.fifo.queued_deltas.load(Ordering::Relaxed),
+            queued_keys: s.fifo.queued_keys.load(Ordering::Relaxed),
+            fifo_saturated: s.fifo.saturated.load(Ordering::Relaxed),
+            watch_ends: WatchEnds {
+                closed: r(&s.reflector.watch_ends[WatchEndReason::Closed as usize]),
+                expired: r(&s.reflector.watch_ends[WatchEndReason::Expired as usize]),
+                throttled: r(&s.reflector.watch_ends[WatchEndReason::Throttled as usize]),
+                refused: r(&s.reflector.watch_ends[WatchEndReason::Refused as usize]),
+                malformed: r(&s.reflector.watch_ends[WatchEndReason::Malformed as usize]),
+                other: r(&s.reflector.watch_ends[WatchEndReason::Other as usize]),
+            },
             subscribers: s.indexer.listeners.load(Ordering::Relaxed),
             subscribers_lost: r(&s.indexer.listeners_lost),
             list_progress: (r(&s.reflector.list_progress), r(&s.reflector.list_total)),

@@ -46,7 +46,7 @@ mod store;
 mod subscription;
 
 pub use factory::InformerFactory;
-pub use informer::{Informer, InformerBuilder, InformerError, InformerStats};
+pub use informer::{Informer, InformerBuilder, InformerError, InformerStats, WatchEnds};
 pub use kinformer_actors as actors;
 pub use kinformer_actors::indexer::{CacheError, IndexFn};
 pub use kinformer_actors::listener::OverflowPolicy;

@@ -332,3 +332,64 @@ fn namespace_and_all_namespaces_contradict() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--all-namespaces"), "{stderr}");
 }
+
+/// A kubeconfig with two contexts: `good` points at `url`, `bad` at a closed port.
+fn kubeconfig(url: &str) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!("kinformer-kubeconfig-{}", std::process::id()));
+    let text = format!(
+        "apiVersion: v1\nkind: Config\ncurrent-context: bad\n\
+         clusters:\n- name: good\n  cluster:\n    server: {url}\n\
+         - name: bad\n  cluster:\n    server: http://127.0.0.1:9\n\
+         contexts:\n- name: good\n  context:\n    cluster: good\n    user: me\n    namespace: default\n\
+         - name: bad\n  context:\n    cluster: bad\n    user: me\n\
+         users:\n- name: me\n  user: {{}}\n"
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn cluster_selection_follows_kubeconfig_conventions() {
+    let server = ApiServer::start_in_thread(ServerConfig::default()).expect("server");
+    server.seed_configmaps("default", 2).unwrap();
+    let path = kubeconfig(&server.url());
+    let path_str = path.to_str().unwrap();
+
+    // KUBECONFIG with its current context switched by --context.
+    let mut child = kinformer()
+        .env("KUBECONFIG", path_str)
+        .args(["watch", "configmaps", "-o", "json", "--context", "good"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let rx = lines(&mut child);
+    let v = expect_line(
+        &rx,
+        Duration::from_secs(15),
+        "initial via KUBECONFIG",
+        |v| v["cause"] == "initial",
+    );
+    assert!(v["key"].as_str().unwrap().starts_with("default/seed-"));
+    let _ = child.kill();
+    let _ = child.wait();
+
+    // --kubeconfig FILE: its current context (`bad`) is unreachable, and that is an error,
+    // not a silent fallback to the embedded server.
+    let child = kinformer()
+        .args(["run", "--kubeconfig", path_str, "--for", "5s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let out = wait_output(child, Duration::from_secs(30));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.starts_with("kinformer: using the cluster at http://127.0.0.1:9/"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("embedded"), "{stdout}");
+    let _ = std::fs::remove_file(&path);
+    server.shutdown();
+}

@@ -19,7 +19,7 @@ async fn warm_up(
     log: &std::sync::Arc<std::sync::Mutex<Log>>,
     name: &str,
 ) {
-    create(&server, name, "warm");
+    create(server, name, "warm");
     let key = format!("default/{name}");
     eventually(SETTLE, "the warm-up event", || {
         log.lock().unwrap().view.contains_key(&key)

@@ -140,7 +140,16 @@ fn metrics_move_with_the_workload_and_sigint_stops_gracefully() {
             .any(|k| k.starts_with("kinformer_subscriber_pending{")
                 && k.contains(r#"subscriber="slow""#))
     );
+    assert!(
+        value(&first, "kinformer_lists_total", &[cm]) >= 1.0,
+        "at least the initial list is counted"
+    );
     for name in [
+        "kinformer_watch_ends_total",
+        "kinformer_backoff_seconds_total",
+        "kinformer_reflector_panics_total",
+        "kinformer_fifo_queued_keys",
+        "kinformer_fifo_saturated",
         "kinformer_relists_total",
         "kinformer_watch_restarts_total",
         "kinformer_failures_total",

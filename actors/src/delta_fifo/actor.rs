@@ -96,6 +96,7 @@ pub struct DeltaFifo<K: Resource + Send + Sync + 'static> {
     synced_sent: bool,
     synced: watch::Sender<bool>,
     stats: Arc<FifoStats>,
+    span: tracing::Span,
 }
 
 impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
@@ -118,7 +119,14 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
             synced_sent: false,
             synced,
             stats,
+            span: tracing::Span::none(),
         }
+    }
+
+    /// Handles messages inside `span` (e.g. one naming the informer).
+    pub fn in_span(mut self, span: tracing::Span) -> Self {
+        self.span = span;
+        self
     }
 
     fn saturated(&self) -> bool {
@@ -214,6 +222,7 @@ impl<K: Resource + Send + Sync + 'static> Handler<Enqueue<K>> for DeltaFifo<K> {
     type Result = ResponseFuture<Result<(), FifoClosed>>;
 
     fn handle(&mut self, Enqueue(events): Enqueue<K>, ctx: &mut Context<Self>) -> Self::Result {
+        let _span = self.span.clone().entered();
         let known = self.known.snapshot();
         self.pending_deltas += events.len();
         for event in events {
@@ -235,6 +244,7 @@ impl<K: Resource + Send + Sync + 'static> Handler<Replace<K>> for DeltaFifo<K> {
     type Result = ResponseFuture<Result<(), FifoClosed>>;
 
     fn handle(&mut self, msg: Replace<K>, ctx: &mut Context<Self>) -> Self::Result {
+        let _span = self.span.clone().entered();
         let known = self.known.snapshot();
         self.pending_deltas += msg.objects.len();
         // Objects without a usable key can never be cached: drop them with a log

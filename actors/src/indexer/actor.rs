@@ -114,6 +114,7 @@ pub struct Indexer<K: Resource + Send + Sync + 'static> {
     work: VecDeque<Work>,
     prefer_sweep: bool,
     stats: Arc<IndexerStats>,
+    span: tracing::Span,
 }
 
 impl<K: Resource + Send + Sync + 'static> Indexer<K> {
@@ -130,7 +131,14 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
             work: VecDeque::new(),
             prefer_sweep: false,
             stats,
+            span: tracing::Span::none(),
         }
+    }
+
+    /// Handles messages inside `span` (e.g. one naming the informer).
+    pub fn in_span(mut self, span: tracing::Span) -> Self {
+        self.span = span;
+        self
     }
 
     /// Applies one popped item's deltas, oldest first (C-4); returns the events
@@ -430,6 +438,7 @@ impl<K: Resource + Send + Sync + 'static> Handler<Process<K>> for Indexer<K> {
     type Result = ResponseFuture<()>;
 
     fn handle(&mut self, Process(batch): Process<K>, ctx: &mut Context<Self>) -> Self::Result {
+        let _span = self.span.clone().entered();
         let (tx, rx) = oneshot::channel();
         self.batches.push_back((batch, tx));
         self.step(ctx);
@@ -443,6 +452,7 @@ impl<K: Resource + Send + Sync + 'static> Handler<UpstreamSynced> for Indexer<K>
     type Result = ();
 
     fn handle(&mut self, _: UpstreamSynced, _: &mut Context<Self>) {
+        let _span = self.span.clone().entered();
         self.upstream_synced = true;
         for addr in self.listeners.values() {
             addr.do_send(ListenerUpstreamSynced);
@@ -454,6 +464,7 @@ impl<K: Resource + Send + Sync + 'static> Handler<Subscribe<K>> for Indexer<K> {
     type Result = ();
 
     fn handle(&mut self, msg: Subscribe<K>, ctx: &mut Context<Self>) {
+        let _span = self.span.clone().entered();
         self.replaying.insert(msg.id, msg.listener);
         self.work.push_back(Work::Replay {
             id: msg.id,
@@ -472,6 +483,7 @@ impl<K: Resource + Send + Sync + 'static> Handler<Unsubscribe> for Indexer<K> {
     type Result = ();
 
     fn handle(&mut self, Unsubscribe(id): Unsubscribe, _: &mut Context<Self>) {
+        let _span = self.span.clone().entered();
         self.listeners.remove(&id);
         self.replaying.remove(&id);
         self.syncing.remove(&id);
@@ -486,6 +498,7 @@ impl<K: Resource + Send + Sync + 'static> Handler<ResyncDue> for Indexer<K> {
     type Result = ();
 
     fn handle(&mut self, ResyncDue(due): ResyncDue, ctx: &mut Context<Self>) {
+        let _span = self.span.clone().entered();
         self.syncing = due.iter().copied().collect();
         let ids: Vec<_> = due
             .into_iter()

@@ -90,6 +90,7 @@ pub struct Listener<K: Send + Sync + 'static> {
     stopping: bool,
     synced: watch::Sender<bool>,
     stats: Arc<ListenerStats>,
+    span: tracing::Span,
 }
 
 impl<K: Send + Sync + 'static> Listener<K> {
@@ -113,7 +114,14 @@ impl<K: Send + Sync + 'static> Listener<K> {
             stopping: false,
             synced,
             stats,
+            span: tracing::Span::none(),
         }
+    }
+
+    /// Handles messages inside `span` (e.g. one naming the subscriber).
+    pub fn in_span(mut self, span: tracing::Span) -> Self {
+        self.span = span;
+        self
     }
 
     /// Pushes what fits; the rest stays parked (queue full) in order.
@@ -238,6 +246,7 @@ impl<K: Send + Sync + 'static> Handler<Deliver<K>> for Listener<K> {
     type Result = ResponseFuture<Result<(), ListenerGone>>;
 
     fn handle(&mut self, Deliver(events): Deliver<K>, ctx: &mut Context<Self>) -> Self::Result {
+        let _span = self.span.clone().entered();
         if self.stopping {
             return Box::pin(async { Err(ListenerGone) });
         }
@@ -258,6 +267,7 @@ impl<K: Send + Sync + 'static> Handler<UpstreamSynced> for Listener<K> {
     type Result = ();
 
     fn handle(&mut self, _: UpstreamSynced, _: &mut Context<Self>) {
+        let _span = self.span.clone().entered();
         self.sync.upstream_synced();
         self.refresh_stats();
     }
@@ -267,6 +277,7 @@ impl<K: Send + Sync + 'static> Handler<StopListener> for Listener<K> {
     type Result = ResponseFuture<()>;
 
     fn handle(&mut self, _: StopListener, ctx: &mut Context<Self>) -> Self::Result {
+        let _span = self.span.clone().entered();
         self.stopping = true;
         self.queue.clear();
         self.parked.clear();

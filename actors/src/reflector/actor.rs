@@ -26,6 +26,7 @@ use kube::Resource;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use super::source::{ListWatch, SourceEvent};
 use super::state::{Failure, Next, ReflectorOptions, ReflectorState, WatchEnd};
@@ -58,6 +59,72 @@ pub struct ReflectorStats {
     pub list_total: AtomicU64,
     /// Total milliseconds spent in backoff waits.
     pub backoff_ms: AtomicU64,
+    /// Watches that ended or failed to open, by [`WatchEndReason`] (indexed by `as usize`).
+    pub watch_ends: [AtomicU64; WatchEndReason::ALL.len()],
+}
+
+/// Why a watch ended or could not be opened (a metric label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WatchEndReason {
+    /// The server closed it cleanly (timeout, or on purpose).
+    Closed,
+    /// 410 Gone / Expired (history compacted).
+    Expired,
+    /// 429 Too Many Requests.
+    Throttled,
+    /// Connection refused.
+    Refused,
+    /// A line that could not be decoded.
+    Malformed,
+    /// Any other error.
+    Other,
+}
+
+impl WatchEndReason {
+    /// Every reason, in index order.
+    pub const ALL: [WatchEndReason; 6] = [
+        WatchEndReason::Closed,
+        WatchEndReason::Expired,
+        WatchEndReason::Throttled,
+        WatchEndReason::Refused,
+        WatchEndReason::Malformed,
+        WatchEndReason::Other,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WatchEndReason::Closed => "closed",
+            WatchEndReason::Expired => "expired",
+            WatchEndReason::Throttled => "throttled",
+            WatchEndReason::Refused => "refused",
+            WatchEndReason::Malformed => "malformed",
+            WatchEndReason::Other => "other",
+        }
+    }
+
+    fn of_failure(failure: &Failure) -> Self {
+        match failure {
+            Failure::Expired | Failure::TooLargeResourceVersion => WatchEndReason::Expired,
+            Failure::TooManyRequests { .. } => WatchEndReason::Throttled,
+            Failure::ConnectionRefused => WatchEndReason::Refused,
+            Failure::Malformed => WatchEndReason::Malformed,
+            Failure::Unsupported | Failure::Other => WatchEndReason::Other,
+        }
+    }
+
+    fn of_end(end: &WatchEnd) -> Self {
+        match end {
+            WatchEnd::Closed => WatchEndReason::Closed,
+            WatchEnd::Failed(f) => Self::of_failure(f),
+        }
+    }
+}
+
+impl ReflectorStats {
+    fn watch_ended(&self, reason: WatchEndReason) {
+        self.watch_ends[reason as usize].fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// The Reflector's last synced resourceVersion, published for the informer handle.
@@ -73,6 +140,7 @@ pub struct Reflector<K: Resource + Send + Sync + 'static> {
     shutting_down: bool,
     rv: watch::Sender<String>,
     stats: Arc<ReflectorStats>,
+    span: tracing::Span,
 }
 
 /// Stop listing and watching for good (the informer is shutting down).
@@ -107,7 +175,14 @@ where
             shutting_down: false,
             rv,
             stats,
+            span: tracing::Span::none(),
         }
+    }
+
+    /// Runs the list-watch loop inside `span` (e.g. one naming the informer).
+    pub fn in_span(mut self, span: tracing::Span) -> Self {
+        self.span = span;
+        self
     }
 }
 
@@ -230,6 +305,7 @@ where
                         Ok(stream) => self.consume(stream).await,
                         Err(failure) => {
                             self.stats.failures.fetch_add(1, Ordering::Relaxed);
+                            self.stats.watch_ended(WatchEndReason::of_failure(&failure));
                             let next = self.state.borrow_mut().watch_open_failed(
                                 &failure,
                                 Instant::now().into_std(),
@@ -254,6 +330,7 @@ where
             if let WatchEnd::Failed(_) = end {
                 self.stats.failures.fetch_add(1, Ordering::Relaxed);
             }
+            self.stats.watch_ended(WatchEndReason::of_end(&end));
             let next =
                 self.state
                     .borrow_mut()
@@ -425,7 +502,8 @@ where
                 }
             }
         };
-        fut.into_actor(self)
+        fut.instrument(self.span.clone())
+            .into_actor(self)
             .map(|exit, act, ctx| match exit {
                 Exit::Relist(delay) => {
                     act.pending_delay = Some(delay);

@@ -1,0 +1,174 @@
+//! Command-line arguments (clap) and how they map onto configuration keys.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use super::config::{FlagOverrides, LogFormat};
+
+/// `kinformer`: runs informers against a cluster, or against the embedded API
+/// server when none is configured.
+#[derive(Debug, Parser)]
+#[command(
+    name = "kinformer",
+    version,
+    about = "Actor-based Kubernetes informer engine",
+    long_about = "Actor-based Kubernetes informer engine.\n\n\
+        Configuration: built-in defaults < config.toml < environment \
+        (KINFORMER__SECTION__KEY, e.g. KINFORMER__ENGINE__PAGE_SIZE=1000) < flags.\n\
+        Logs go to stderr, filtered by RUST_LOG (default: warn)."
+)]
+pub struct Cli {
+    /// Configuration file (default: ./config.toml when present).
+    #[arg(long, global = true, env = "KINFORMER_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Log line format on stderr.
+    #[arg(long, global = true, value_enum)]
+    pub log_format: Option<LogFormat>,
+    /// What to do (default: `run`).
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the configured informers and show what they see.
+    Run(RunArgs),
+    /// Watch one resource with one printing subscriber.
+    Watch(WatchArgs),
+    /// Print the effective configuration (after file, environment and flags) as JSON.
+    Config(ConfigArgs),
+}
+
+/// How to reach a cluster (kube's conventions unless told otherwise).
+#[derive(Debug, Args, Default, Clone)]
+pub struct ClusterArgs {
+    /// Kubeconfig file (default: KUBECONFIG, then ~/.kube/config, then in-cluster).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context (default: its current context).
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+    /// API server URL, no credentials (e.g. `kubectl proxy`, an embedded server).
+    #[arg(long, value_name = "URL")]
+    pub server: Option<String>,
+    /// Use the embedded API server (seeded, with churn) even when a cluster is configured.
+    #[arg(long)]
+    pub embedded: bool,
+}
+
+impl ClusterArgs {
+    /// The configuration keys these flags set.
+    pub fn overrides(&self, flags: &mut FlagOverrides) {
+        flags.set(
+            "cluster.kubeconfig",
+            self.kubeconfig.as_ref().map(|p| p.display().to_string()),
+        );
+        flags.set("cluster.context", self.context.as_ref());
+        flags.set("cluster.server", self.server.as_ref());
+        if self.embedded {
+            flags.set("cluster.embedded", Some(true));
+        }
+    }
+}
+
+/// `kinformer run`.
+#[derive(Debug, Args, Default)]
+pub struct RunArgs {
+    /// Cluster selection.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// Stop after this long (`30s`, `5m`); default: until Ctrl-C.
+    #[arg(long = "for", value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub run_for: Option<Duration>,
+    /// Serve Prometheus `/metrics`, `/healthz` and `/readyz` on ADDR (port 0 picks one).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
+    /// Embedded server: ConfigMaps to seed (overrides `embedded.seed`).
+    #[arg(long, value_name = "N")]
+    pub seed: Option<usize>,
+    /// Embedded server: churn writes per second (overrides `embedded.churn_per_sec`).
+    #[arg(long, value_name = "PER_SEC")]
+    pub churn: Option<f64>,
+}
+
+impl RunArgs {
+    /// The configuration keys these flags set.
+    pub fn overrides(&self) -> FlagOverrides {
+        let mut flags = FlagOverrides::default();
+        self.cluster.overrides(&mut flags);
+        flags.set("observability.metrics_addr", self.metrics.as_ref());
+        flags.set("embedded.seed", self.seed);
+        flags.set("embedded.churn_per_sec", self.churn);
+        flags
+    }
+}
+
+/// Output format of `kinformer watch`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum Output {
+    /// One aligned line per notification.
+    #[default]
+    Text,
+    /// One JSON object per notification per line (for `jq`).
+    Json,
+}
+
+/// `kinformer watch`.
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// The resource: plural, singular or kind, optionally `.group` qualified
+    /// (`configmaps`, `ConfigMap`, `deployments.apps`, `widgets.example.com`).
+    pub resource: String,
+    /// Only this namespace (default: the kubeconfig's namespace).
+    #[arg(
+        short = 'n',
+        long,
+        value_name = "NS",
+        conflicts_with = "all_namespaces"
+    )]
+    pub namespace: Option<String>,
+    /// All namespaces.
+    #[arg(short = 'A', long)]
+    pub all_namespaces: bool,
+    /// Label selector.
+    #[arg(short = 'l', long = "selector", value_name = "SELECTOR")]
+    pub label_selector: Option<String>,
+    /// Field selector.
+    #[arg(long, value_name = "SELECTOR")]
+    pub field_selector: Option<String>,
+    /// Resync period of the printing subscriber (`0s` = never).
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub resync: Option<Duration>,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+    /// Include the object in each notification.
+    #[arg(long)]
+    pub full: bool,
+    /// Stop after this long; default: until Ctrl-C.
+    #[arg(long = "for", value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub run_for: Option<Duration>,
+    /// Cluster selection.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+impl WatchArgs {
+    /// The configuration keys these flags set.
+    pub fn overrides(&self) -> FlagOverrides {
+        let mut flags = FlagOverrides::default();
+        self.cluster.overrides(&mut flags);
+        flags
+    }
+}
+
+/// `kinformer config`.
+#[derive(Debug, Args, Default)]
+pub struct ConfigArgs {
+    /// Cluster flags, layered like `run`'s.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}

@@ -1,0 +1,498 @@
+//! Observability: the informers' counters as Prometheus metrics (through the
+//! `metrics` facade and `metrics-exporter-prometheus`), and the HTTP endpoints
+//! `/metrics`, `/healthz` and `/readyz`.
+//!
+//! The engine keeps its counters in atomics (`Informer::stats()`,
+//! `Subscription::stats()`); [`Registry::sample`] copies them into the
+//! recorder, on every scrape and every status tick, so a scrape always sees
+//! current values. The HTTP server runs on its own thread and runtime, so
+//! probes answer even while the actor thread is busy.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use kinformer::{Cause, Event, Informer, Subscription};
+use kube::core::DynamicObject;
+use metrics::{counter, gauge};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+
+/// Notification types, in label order.
+pub const TYPES: [&str; 3] = ["added", "updated", "deleted"];
+/// Causes, in label order.
+pub const CAUSES: [&str; 4] = ["initial", "watch", "relist", "resync"];
+
+/// Which (type, cause) pairs the engine sends: adds are initial, watch or
+/// relist; updates watch, relist or resync; deletes watch or relist.
+const POSSIBLE: [[bool; 4]; 3] = [
+    [true, true, true, false],
+    [false, true, true, true],
+    [false, true, true, false],
+];
+
+/// Notifications a subscriber handled, by type and cause.
+#[derive(Debug, Default)]
+pub struct Notifications {
+    counts: [[AtomicU64; 4]; 3],
+    tombstones: AtomicU64,
+}
+
+impl Notifications {
+    /// Counts one notification.
+    pub fn record<K>(&self, event: &Event<K>) {
+        let t = match event {
+            Event::Added { .. } => 0,
+            Event::Updated { .. } => 1,
+            Event::Deleted { object, .. } => {
+                if object.is_final_state_unknown() {
+                    self.tombstones.fetch_add(1, Ordering::Relaxed);
+                }
+                2
+            }
+        };
+        self.counts[t][cause_index(event.cause())].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Handled notifications of type `t` (index into [`TYPES`]) and cause `c` (into [`CAUSES`]).
+    pub fn get(&self, t: usize, c: usize) -> u64 {
+        self.counts[t][c].load(Ordering::Relaxed)
+    }
+
+    /// All handled notifications.
+    pub fn total(&self) -> u64 {
+        (0..3)
+            .flat_map(|t| (0..4).map(move |c| (t, c)))
+            .map(|(t, c)| self.get(t, c))
+            .sum()
+    }
+
+    /// Resync notifications handled.
+    pub fn resyncs(&self) -> u64 {
+        (0..3).map(|t| self.get(t, 3)).sum()
+    }
+
+    /// Tombstone deletes handled.
+    pub fn tombstones(&self) -> u64 {
+        self.tombstones.load(Ordering::Relaxed)
+    }
+}
+
+fn cause_index(cause: Cause) -> usize {
+    match cause {
+        Cause::Initial => 0,
+        Cause::Watch => 1,
+        Cause::Relist => 2,
+        Cause::Resync => 3,
+    }
+}
+
+/// One subscriber as the program sees it.
+pub struct SubscriberView {
+    /// Its configured name.
+    pub name: String,
+    /// What its actor counted.
+    pub notifications: Arc<Notifications>,
+    subscription: Mutex<Option<Subscription<DynamicObject>>>,
+}
+
+impl SubscriberView {
+    /// Wraps a live subscription.
+    pub fn new(
+        name: String,
+        notifications: Arc<Notifications>,
+        subscription: Subscription<DynamicObject>,
+    ) -> Self {
+        SubscriberView {
+            name,
+            notifications,
+            subscription: Mutex::new(Some(subscription)),
+        }
+    }
+
+    /// The subscription, while it lasts.
+    pub fn subscription(&self) -> MutexGuard<'_, Option<Subscription<DynamicObject>>> {
+        self.subscription
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Takes the subscription out (to unsubscribe it).
+    pub fn take(&self) -> Option<Subscription<DynamicObject>> {
+        self.subscription().take()
+    }
+}
+
+/// One informer as the program sees it.
+pub struct InformerView {
+    /// Its configured name.
+    pub name: String,
+    /// `group/version/plural`.
+    pub resource: String,
+    /// The informer.
+    pub informer: Informer<DynamicObject>,
+    /// Its subscribers.
+    pub subscribers: Vec<SubscriberView>,
+    last_rv: Mutex<(String, Instant)>,
+    /// How long the initial sync took, once it is done.
+    pub synced_after: Arc<OnceLock<Duration>>,
+}
+
+impl InformerView {
+    /// A view of a started informer.
+    pub fn new(
+        name: String,
+        resource: String,
+        informer: Informer<DynamicObject>,
+        subscribers: Vec<SubscriberView>,
+    ) -> Self {
+        InformerView {
+            name,
+            resource,
+            informer,
+            subscribers,
+            last_rv: Mutex::new((String::new(), Instant::now())),
+            synced_after: Arc::new(OnceLock::new()),
+        }
+    }
+
+    /// Seconds since the informer's last synced resourceVersion changed.
+    pub fn resource_version_age(&self) -> f64 {
+        let rv = self.informer.last_sync_resource_version();
+        let mut last = self
+            .last_rv
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if last.0 != rv {
+            *last = (rv, Instant::now());
+        }
+        last.1.elapsed().as_secs_f64()
+    }
+}
+
+/// Every informer of the program: sampled into metrics, asked for readiness.
+pub struct Registry {
+    /// The informers.
+    pub informers: Vec<InformerView>,
+}
+
+impl Registry {
+    /// True when every informer has synced (what `/readyz` answers).
+    pub fn ready(&self) -> bool {
+        self.informers.iter().all(|i| i.informer.has_synced())
+    }
+
+    /// Copies the engine's counters into the metrics recorder.
+    pub fn sample(&self) {
+        for view in &self.informers {
+            let inf = view.name.clone();
+            let s = view.informer.stats();
+            let c = |name: &'static str, v: u64| {
+                counter!(name, "informer" => inf.clone()).absolute(v);
+            };
+            c("kinformer_watch_events_total", s.events);
+            c("kinformer_lists_total", s.lists);
+            c("kinformer_relists_total", s.relists);
+            c("kinformer_reflector_panics_total", s.reflector_panics);
+            for (reason, v) in [
+                ("closed", s.watch_ends.closed),
+                ("expired", s.watch_ends.expired),
+                ("throttled", s.watch_ends.throttled),
+                ("refused", s.watch_ends.refused),
+                ("malformed", s.watch_ends.malformed),
+                ("other", s.watch_ends.other),
+            ] {
+                counter!("kinformer_watch_ends_total", "informer" => inf.clone(), "reason" => reason)
+                    .absolute(v);
+            }
+            counter!("kinformer_backoff_seconds_total", "informer" => inf.clone())
+                .absolute(s.backoff_ms / 1000);
+            c("kinformer_watch_restarts_total", s.watch_restarts);
+            c("kinformer_failures_total", s.failures);
+            c("kinformer_subscribers_lost_total", s.subscribers_lost);
+            c("kinformer_tombstones_total", s.tombstones);
+            for (ty, v) in [
+                ("added", s.added),
+                ("updated", s.updated),
+                ("deleted", s.deleted),
+            ] {
+                counter!("kinformer_cache_changes_total", "informer" => inf.clone(), "type" => ty)
+                    .absolute(v);
+            }
+            let g = |name: &'static str, v: f64| {
+                gauge!(name, "informer" => inf.clone()).set(v);
+            };
+            g("kinformer_objects", s.objects as f64);
+            g(
+                "kinformer_synced",
+                f64::from(u8::from(view.informer.has_synced())),
+            );
+            g("kinformer_subscribers", s.subscribers as f64);
+            g("kinformer_list_received_objects", s.list_progress.0 as f64);
+            g("kinformer_list_announced_objects", s.list_progress.1 as f64);
+            g(
+                "kinformer_resource_version_age_seconds",
+                view.resource_version_age(),
+            );
+            gauge!("kinformer_queue_depth", "informer" => inf.clone(), "actor" => "delta_fifo")
+                .set(s.queued_deltas as f64);
+            g("kinformer_fifo_queued_keys", s.queued_keys as f64);
+            g(
+                "kinformer_fifo_saturated",
+                f64::from(u8::from(s.fifo_saturated)),
+            );
+            for sub in &view.subscribers {
+                let name = sub.name.clone();
+                if let Some(subscription) = sub.subscription().as_ref() {
+                    let ls = subscription.stats();
+                    let pending = ls.pending.load(Ordering::Relaxed) as f64;
+                    gauge!("kinformer_queue_depth", "informer" => inf.clone(), "actor" => "listener", "subscriber" => name.clone())
+                        .set(pending);
+                    gauge!("kinformer_subscriber_pending", "informer" => inf.clone(), "subscriber" => name.clone())
+                        .set(pending);
+                    let sc = |metric: &'static str, v: u64| {
+                        counter!(metric, "informer" => inf.clone(), "subscriber" => name.clone())
+                            .absolute(v);
+                    };
+                    sc(
+                        "kinformer_subscriber_delivered_total",
+                        ls.delivered.load(Ordering::Relaxed),
+                    );
+                    sc(
+                        "kinformer_subscriber_coalesced_total",
+                        ls.coalesced.load(Ordering::Relaxed),
+                    );
+                    sc(
+                        "kinformer_subscriber_resyncs_total",
+                        ls.resyncs.load(Ordering::Relaxed),
+                    );
+                    gauge!("kinformer_subscriber_synced", "informer" => inf.clone(), "subscriber" => name.clone())
+                        .set(f64::from(u8::from(subscription.has_synced())));
+                }
+                for (t, ty) in TYPES.iter().enumerate() {
+                    for (c, cause) in CAUSES.iter().enumerate() {
+                        if !POSSIBLE[t][c] {
+                            continue;
+                        }
+                        counter!("kinformer_notifications_total", "informer" => inf.clone(), "subscriber" => name.clone(), "type" => *ty, "cause" => *cause)
+                            .absolute(sub.notifications.get(t, c));
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn describe() {
+    use metrics::{describe_counter, describe_gauge};
+    describe_counter!(
+        "kinformer_watch_events_total",
+        "Watch events received (bookmarks included)."
+    );
+    describe_counter!(
+        "kinformer_lists_total",
+        "Lists made, the first one included."
+    );
+    describe_counter!(
+        "kinformer_reflector_panics_total",
+        "Panics caught in the Reflector's list-watch loop (each restarted it)."
+    );
+    describe_counter!(
+        "kinformer_watch_ends_total",
+        "Watches that ended or failed to open, by reason (closed, expired, throttled, refused, malformed, other)."
+    );
+    describe_counter!(
+        "kinformer_backoff_seconds_total",
+        "Seconds the Reflector spent waiting in backoff."
+    );
+    describe_gauge!(
+        "kinformer_fifo_queued_keys",
+        "Keys waiting in the DeltaFIFO."
+    );
+    describe_gauge!(
+        "kinformer_fifo_saturated",
+        "1 while the DeltaFIFO holds the Reflector back (back-pressure)."
+    );
+    describe_counter!(
+        "kinformer_relists_total",
+        "Lists made after the first one (watch broke, 410, errors)."
+    );
+    describe_counter!(
+        "kinformer_watch_restarts_total",
+        "Watches re-opened after the first one."
+    );
+    describe_counter!(
+        "kinformer_failures_total",
+        "Failed list/watch requests, any kind."
+    );
+    describe_counter!(
+        "kinformer_subscribers_lost_total",
+        "Subscribers removed because their actor stopped."
+    );
+    describe_counter!(
+        "kinformer_tombstones_total",
+        "Deletes whose final state is unknown (found by a relist)."
+    );
+    describe_counter!(
+        "kinformer_cache_changes_total",
+        "Adds, updates and deletes applied to the cache."
+    );
+    describe_gauge!("kinformer_objects", "Objects in the informer's cache.");
+    describe_gauge!(
+        "kinformer_synced",
+        "1 once the informer's initial list is in its cache."
+    );
+    describe_gauge!("kinformer_subscribers", "Live subscribers.");
+    describe_gauge!(
+        "kinformer_list_received_objects",
+        "Objects received by the list in progress."
+    );
+    describe_gauge!(
+        "kinformer_list_announced_objects",
+        "Objects the server announced for the list in progress (0 = unknown)."
+    );
+    describe_gauge!(
+        "kinformer_resource_version_age_seconds",
+        "Seconds since the informer's last synced resourceVersion changed."
+    );
+    describe_gauge!(
+        "kinformer_queue_depth",
+        "Items waiting in an actor's queue (delta_fifo: deltas; listener: notifications)."
+    );
+    describe_gauge!(
+        "kinformer_subscriber_pending",
+        "Notifications waiting for the subscriber."
+    );
+    describe_gauge!(
+        "kinformer_subscriber_synced",
+        "1 once the subscriber handled its initial adds."
+    );
+    describe_counter!(
+        "kinformer_subscriber_delivered_total",
+        "Notifications handled by the subscriber."
+    );
+    describe_counter!(
+        "kinformer_subscriber_coalesced_total",
+        "Notifications merged away (Coalesce policy)."
+    );
+    describe_counter!(
+        "kinformer_subscriber_resyncs_total",
+        "Resync notifications handled by the subscriber."
+    );
+    describe_counter!(
+        "kinformer_notifications_total",
+        "Notifications handled, by type and cause."
+    );
+}
+
+/// A running metrics endpoint.
+pub struct MetricsServer {
+    /// The bound address.
+    pub addr: SocketAddr,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl MetricsServer {
+    /// Stops serving.
+    pub fn stop(mut self) {
+        self.halt();
+    }
+
+    fn halt(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}
+
+#[derive(Clone)]
+struct AppState {
+    registry: Arc<Registry>,
+    handle: PrometheusHandle,
+}
+
+/// Installs the Prometheus recorder and serves `/metrics`, `/healthz`, `/readyz` on `addr`.
+pub fn serve(addr: SocketAddr, registry: Arc<Registry>) -> anyhow::Result<MetricsServer> {
+    let handle = PrometheusBuilder::new()
+        .install_recorder()
+        .context("installing the Prometheus recorder")?;
+    describe();
+    let listener = std::net::TcpListener::bind(addr)
+        .with_context(|| format!("observability.metrics_addr: cannot listen on {addr}"))?;
+    listener.set_nonblocking(true)?;
+    let bound = listener.local_addr()?;
+    let state = AppState { registry, handle };
+    let app = Router::new()
+        .route("/metrics", get(render))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(ready))
+        .with_state(state);
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let thread = std::thread::Builder::new()
+        .name("kinformer-metrics".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                let listener = match tokio::net::TcpListener::from_std(listener) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        tracing::error!(error = %e, "metrics listener");
+                        return;
+                    }
+                };
+                if let Err(e) = axum::serve(listener, app)
+                    .with_graceful_shutdown(async move {
+                        let _ = rx.await;
+                    })
+                    .await
+                {
+                    tracing::error!(error = %e, "metrics server");
+                }
+            });
+        })?;
+    Ok(MetricsServer {
+        addr: bound,
+        shutdown: Some(tx),
+        thread: Some(thread),
+    })
+}
+
+async fn render(State(state): State<AppState>) -> String {
+    state.registry.sample();
+    state.handle.run_upkeep();
+    state.handle.render()
+}
+
+async fn ready(State(state): State<AppState>) -> (StatusCode, String) {
+    if state.registry.ready() {
+        return (StatusCode::OK, "ready\n".into());
+    }
+    let waiting: Vec<&str> = state
+        .registry
+        .informers
+        .iter()
+        .filter(|i| !i.informer.has_synced())
+        .map(|i| i.name.as_str())
+        .collect();
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!("not synced: {}\n", waiting.join(", ")),
+    )
+}

@@ -1,0 +1,199 @@
+//! `kinformer run`: resolve every configured informer, start them all with
+//! their subscribers, show progress and live status, stop on Ctrl-C or
+//! `--for`, print a summary.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use anyhow::Context as _;
+
+use super::build::{CountingSubscriber, Selection, start_informer, subscribe_options};
+use super::cli::RunArgs;
+use super::cluster;
+use super::config::Loaded;
+use super::metrics::{self, InformerView, Notifications, Registry, SubscriberView};
+use super::resource::{Resolved, ResourceSpec, resolve_all};
+use super::status::{self, Display};
+
+/// Runs until Ctrl-C or `--for`.
+pub async fn run(loaded: Loaded, args: RunArgs) -> anyhow::Result<()> {
+    let settings = &loaded.settings;
+    if settings.informers.is_empty() {
+        return Err(loaded
+            .error(
+                "informers",
+                "no informers configured: `kinformer run` needs at least one",
+            )
+            .into());
+    }
+    let cluster = cluster::connect(&settings.cluster, &settings.embedded).await?;
+    status::say(&cluster.banner);
+    let client = kube::Client::try_from(cluster.config.clone()).context("building the client")?;
+
+    // Resolve everything before starting anything: nothing runs half-configured.
+    let specs: Vec<ResourceSpec> = settings
+        .informers
+        .iter()
+        .map(|inf| ResourceSpec {
+            resource: inf.resource.clone(),
+            kind: inf.kind.clone(),
+            group: inf.group.clone(),
+            version: inf.version.clone(),
+        })
+        .collect();
+    let found = resolve_all(&client, &specs)
+        .await
+        .context("reading the server's discovery documents")?;
+    let mut resolved: Vec<Resolved> = Vec::new();
+    for (i, (inf, r)) in settings.informers.iter().zip(found).enumerate() {
+        let key = if inf.resource.is_some() {
+            format!("informers[{i}].resource")
+        } else {
+            format!("informers[{i}].kind")
+        };
+        let r = r.map_err(|m| loaded.error(&key, m))?;
+        if inf.namespace.is_some() && !r.namespaced {
+            return Err(loaded
+                .error(
+                    &format!("informers[{i}].namespace"),
+                    format!("{} is cluster-scoped: it has no namespaces", r.describe()),
+                )
+                .into());
+        }
+        resolved.push(r);
+    }
+
+    let t0 = Instant::now();
+    let mut views = Vec::new();
+    for (inf, res) in settings.informers.iter().zip(&resolved) {
+        let name = inf.display_name();
+        let span = tracing::info_span!("informer", informer = %name, resource = %res.describe());
+        let selection = Selection {
+            namespace: inf.namespace.clone(),
+            label_selector: inf.label_selector.clone(),
+            field_selector: inf.field_selector.clone(),
+            page_size: inf.page_size,
+            streaming_lists: inf.streaming_lists,
+        };
+        let informer = start_informer(client.clone(), res, &selection, &settings.engine)?;
+        span.in_scope(|| tracing::info!(namespace = ?inf.namespace, "informer started"));
+        let mut subscribers = Vec::new();
+        for sub in &inf.subscribers {
+            let notifications = Arc::new(Notifications::default());
+            let actor = CountingSubscriber {
+                notifications: notifications.clone(),
+                span: tracing::info_span!(parent: &span, "subscriber", subscriber = %sub.name),
+            }
+            .start();
+            let options = subscribe_options(sub, &settings.engine);
+            let subscription = informer.subscribe(actor.recipient(), options).await?;
+            span.in_scope(|| {
+                tracing::info!(subscriber = %sub.name, id = %subscription.id(), resync = ?subscription.resync_period(), "subscribed")
+            });
+            subscribers.push(SubscriberView::new(
+                sub.name.clone(),
+                notifications,
+                subscription,
+            ));
+        }
+        views.push(InformerView::new(
+            name,
+            res.describe(),
+            informer,
+            subscribers,
+        ));
+    }
+    let registry = Arc::new(Registry { informers: views });
+    let started = Instant::now();
+    for view in &registry.informers {
+        // Record when each informer syncs, for the progress display.
+        let informer = view.informer.clone();
+        let synced_after = view.synced_after.clone();
+        let name = view.name.clone();
+        actix::spawn(async move {
+            if informer
+                .wait_for_sync(Duration::from_secs(86_400 * 365))
+                .await
+                .is_ok()
+            {
+                let took = t0.elapsed();
+                tracing::info!(informer = %name, ?took, "initial sync done");
+                let _ = synced_after.set(took);
+            }
+        });
+    }
+
+    let metrics_server = match &settings.observability.metrics_addr {
+        Some(addr) => {
+            let addr = addr.parse().map_err(|_| {
+                loaded.error("observability.metrics_addr", "not a host:port address")
+            })?;
+            let server = metrics::serve(addr, registry.clone())?;
+            status::say(&format!(
+                "kinformer: metrics on http://{0}/metrics (health: /healthz, readiness: /readyz)",
+                server.addr
+            ));
+            Some(server)
+        }
+        None => None,
+    };
+
+    let mut display = Display::new(&registry);
+    let deadline = args.run_for.map(|d| tokio::time::Instant::now() + d);
+    let interval = if display.is_terminal() {
+        settings
+            .observability
+            .status_interval
+            .min(Duration::from_millis(200))
+    } else {
+        settings.observability.status_interval
+    };
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    let stop_reason = loop {
+        let until_deadline = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = tick.tick() => {
+                registry.sample();
+                if !display.tick(&registry) {
+                    break "stdout closed";
+                }
+            }
+            _ = &mut ctrl_c => break "interrupted",
+            _ = until_deadline => break "time is up",
+        }
+    };
+    display.finish();
+    status::say(&format!("kinformer: stopping ({stop_reason})"));
+
+    // Graceful stop: no more listing or watching, then let every subscriber
+    // finish the notification it is handling.
+    for view in &registry.informers {
+        view.informer.stop().await;
+    }
+    for view in &registry.informers {
+        for sub in &view.subscribers {
+            if let Some(subscription) = sub.take() {
+                subscription.unsubscribe().await;
+            }
+        }
+    }
+    for line in status::summary(&registry, started.elapsed()) {
+        status::say(&line);
+    }
+    if let Some(server) = metrics_server {
+        server.stop();
+    }
+    if let Some(embedded) = cluster.embedded {
+        embedded.shutdown();
+    }
+    Ok(())
+}

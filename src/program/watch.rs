@@ -1,0 +1,188 @@
+//! `kinformer watch RESOURCE`: one informer, one printing subscriber.
+//!
+//! `-o json` prints exactly one JSON object per notification, one per line,
+//! flushed at once (pipe it into `jq`):
+//! `{"type":"Added"|"Updated"|"Deleted","key":"ns/name","resourceVersion":"…",
+//! "cause":"initial"|"watch"|"relist"|"resync","finalStateUnknown":false}`,
+//! plus `"object"` with `--full`. Everything else goes to stderr.
+
+use std::io::Write;
+use std::sync::Arc;
+
+use actix::prelude::*;
+use anyhow::Context as _;
+use kinformer::{Event, SubscribeOptions};
+use kube::core::DynamicObject;
+use serde_json::json;
+use tokio::sync::Notify;
+
+use super::build::{Selection, start_informer};
+use super::cli::{Output, WatchArgs};
+use super::cluster;
+use super::config::{EmbeddedSettings, Loaded};
+use super::resource::{ResourceSpec, resolve_all};
+
+/// Prints each notification; signals `closed` when stdout is gone.
+struct Printer {
+    output: Output,
+    full: bool,
+    closed: Arc<Notify>,
+}
+
+impl Actor for Printer {
+    type Context = Context<Self>;
+}
+
+/// One notification as printed (`-o json`).
+pub fn to_json(event: &Event<DynamicObject>, full: bool) -> serde_json::Value {
+    let (ty, object, unknown) = match event {
+        Event::Added { object, .. } => ("Added", Some(object), false),
+        Event::Updated { new, .. } => ("Updated", Some(new), false),
+        Event::Deleted { object, .. } => {
+            ("Deleted", object.object(), object.is_final_state_unknown())
+        }
+    };
+    let rv = object
+        .and_then(|o| o.metadata.resource_version.clone())
+        .unwrap_or_default();
+    let mut line = json!({
+        "type": ty,
+        "key": event.key().as_str(),
+        "resourceVersion": rv,
+        "cause": event.cause(),
+        "finalStateUnknown": unknown,
+    });
+    if full {
+        line["object"] = object
+            .and_then(|o| serde_json::to_value(&**o).ok())
+            .unwrap_or(serde_json::Value::Null);
+    }
+    line
+}
+
+fn to_text(event: &Event<DynamicObject>) -> String {
+    let line = to_json(event, false);
+    let field = |k: &str| line[k].as_str().unwrap_or_default().to_owned();
+    format!(
+        "{:<8} {:<8} {} rv={}{}",
+        field("type").to_uppercase(),
+        field("cause"),
+        field("key"),
+        field("resourceVersion"),
+        if line["finalStateUnknown"].as_bool() == Some(true) {
+            " (final state unknown)"
+        } else {
+            ""
+        }
+    )
+}
+
+impl Handler<Event<DynamicObject>> for Printer {
+    type Result = ();
+
+    fn handle(&mut self, event: Event<DynamicObject>, ctx: &mut Context<Self>) {
+        let line = match self.output {
+            Output::Json => to_json(&event, self.full).to_string(),
+            Output::Text if self.full => format!(
+                "{}\n{}",
+                to_text(&event),
+                event
+                    .object()
+                    .and_then(|o| serde_json::to_string_pretty(&**o).ok())
+                    .unwrap_or_default()
+            ),
+            Output::Text => to_text(&event),
+        };
+        let mut out = std::io::stdout().lock();
+        if writeln!(out, "{line}").and_then(|_| out.flush()).is_err() {
+            // stdout closed (e.g. `| head`): stop quietly.
+            self.closed.notify_one();
+            ctx.stop();
+        }
+    }
+}
+
+/// Watches until Ctrl-C, `--for`, or stdout closes.
+pub async fn watch(loaded: Loaded, args: WatchArgs) -> anyhow::Result<()> {
+    let settings = &loaded.settings;
+    // A small workload: every notification of the embedded server is printed.
+    let embedded = EmbeddedSettings {
+        seed: 10,
+        churn_per_sec: 1.0,
+        churn_objects: 10,
+        ..EmbeddedSettings::default()
+    };
+    let cluster = cluster::connect(&settings.cluster, &embedded).await?;
+    eprintln!("{}", cluster.banner);
+    let default_namespace = cluster.config.default_namespace.clone();
+    let client = kube::Client::try_from(cluster.config.clone()).context("building the client")?;
+    let spec = ResourceSpec {
+        resource: Some(args.resource.clone()),
+        ..ResourceSpec::default()
+    };
+    let resource = resolve_all(&client, std::slice::from_ref(&spec))
+        .await
+        .context("reading the server's discovery documents")?
+        .pop()
+        .unwrap_or_else(|| Err("not resolved".into()))
+        .map_err(|m| anyhow::anyhow!("RESOURCE {:?}: {m}", args.resource))?;
+    let namespace = match (&args.namespace, args.all_namespaces) {
+        (_, true) => None,
+        (Some(ns), false) => Some(ns.clone()),
+        (None, false) => Some(default_namespace),
+    };
+    let namespace = namespace.filter(|_| resource.namespaced);
+    let selection = Selection {
+        namespace: namespace.clone(),
+        label_selector: args.label_selector.clone(),
+        field_selector: args.field_selector.clone(),
+        ..Selection::default()
+    };
+    let span =
+        tracing::info_span!("informer", informer = %args.resource, resource = %resource.describe());
+    let informer = start_informer(client, &resource, &selection, &settings.engine)?;
+    let closed = Arc::new(Notify::new());
+    let printer = Printer {
+        output: args.output,
+        full: args.full,
+        closed: closed.clone(),
+    }
+    .start();
+    let mut options = SubscribeOptions::default()
+        .policy(settings.engine.overflow_policy.into())
+        .capacity(settings.engine.queue_capacity);
+    if let Some(r) = args.resync {
+        options = options.resync(r);
+    }
+    let subscription = informer.subscribe(printer.recipient(), options).await?;
+    span.in_scope(|| {
+        tracing::info!(namespace = ?namespace, resync = ?subscription.resync_period(), "watching")
+    });
+    eprintln!(
+        "kinformer: watching {} in {} (resync {})",
+        resource.describe(),
+        namespace
+            .as_deref()
+            .map_or("all namespaces".to_owned(), |ns| format!(
+                "namespace {ns:?}"
+            )),
+        humantime::format_duration(subscription.resync_period()),
+    );
+    let deadline = async {
+        match args.run_for {
+            Some(d) => tokio::time::sleep(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = deadline => {}
+        _ = closed.notified() => {}
+    }
+    informer.stop().await;
+    subscription.unsubscribe().await;
+    if let Some(embedded) = cluster.embedded {
+        embedded.shutdown();
+    }
+    Ok(())
+}
