@@ -25,6 +25,7 @@ struct InformerKey {
 /// The first request for a key builds and starts the informer (with the
 /// builder options of that first request); later requests get the same
 /// informer, so subscribers share its Reflector, watch connection and cache.
+/// A stopped informer is replaced by a new one.
 #[derive(Clone, Default)]
 pub struct InformerFactory {
     informers: Arc<Mutex<HashMap<InformerKey, Box<dyn Any + Send + Sync>>>>,
@@ -59,6 +60,7 @@ impl InformerFactory {
         if let Some(existing) = informers
             .get(&key)
             .and_then(|b| b.downcast_ref::<Informer<K>>())
+            .filter(|i| !i.is_stopped())
         {
             return Ok(existing.clone());
         }

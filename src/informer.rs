@@ -174,6 +174,7 @@ where
                 synced,
                 rv,
                 next_id: AtomicU64::new(1),
+                stopped: std::sync::atomic::AtomicBool::new(false),
                 span,
                 default_resync: self.default_resync,
                 stats,
@@ -257,6 +258,7 @@ struct Shared<K: Object> {
     synced: watch::Receiver<bool>,
     rv: watch::Receiver<String>,
     next_id: AtomicU64,
+    stopped: std::sync::atomic::AtomicBool,
     span: tracing::Span,
     default_resync: Duration,
     stats: InformerStatsInner,
@@ -300,6 +302,9 @@ where
         recipient: Recipient<Event<K>>,
         options: SubscribeOptions,
     ) -> Result<Subscription<K>, InformerError> {
+        if self.is_stopped() {
+            return Err(InformerError::Stopped);
+        }
         let id = SubscriberId(self.inner.next_id.fetch_add(1, Ordering::Relaxed));
         let (synced_tx, synced) = watch::channel(false);
         let stats = Arc::new(ListenerStats::default());
@@ -338,7 +343,13 @@ where
             resync_period,
             synced,
             stats,
+            _informer: self.clone(),
         })
+    }
+
+    /// True once [`Informer::stop`] was called (SI-4: it cannot be restarted).
+    pub fn is_stopped(&self) -> bool {
+        self.inner.stopped.load(Ordering::SeqCst)
     }
 
     /// True once the initial list has been processed into the cache (DF-15).
@@ -403,6 +414,7 @@ where
     /// Stops listing and watching for good. What is already queued is still
     /// delivered; nothing new arrives. An informer cannot be restarted (SI-4).
     pub async fn stop(&self) {
+        self.inner.stopped.store(true, Ordering::SeqCst);
         let _ = self.inner.reflector.send(StopReflector).await;
     }
 }

@@ -64,6 +64,8 @@ pub struct Subscription<K: Object> {
     pub(crate) resync_period: Duration,
     pub(crate) synced: watch::Receiver<bool>,
     pub(crate) stats: Arc<ListenerStats>,
+    /// Keeps the informer (and its Reflector's supervisor) alive while subscribed.
+    pub(crate) _informer: crate::Informer<K>,
 }
 
 impl<K: Object> Subscription<K> {

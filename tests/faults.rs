@@ -411,3 +411,55 @@ async fn refused_connections_back_off_until_the_server_appears() {
     })
     .await;
 }
+
+#[actix::test]
+async fn a_stopped_informer_refuses_subscribers_and_the_factory_replaces_it() {
+    let server = server(10_000);
+    let factory = InformerFactory::new();
+    let api = || kube::Api::<ConfigMap>::namespaced(client(&server), "default");
+    let informer = factory.informer(api(), None, None, |b| b).unwrap();
+    informer.wait_for_sync(SYNC).await.unwrap();
+    informer.stop().await;
+    assert!(informer.is_stopped());
+    let (a, _log) = Recorder::start();
+    assert!(matches!(
+        informer
+            .subscribe(a.clone().recipient(), SubscribeOptions::default())
+            .await,
+        Err(kinformer::InformerError::Stopped)
+    ));
+    let fresh = factory.informer(api(), None, None, |b| b).unwrap();
+    assert!(!fresh.is_stopped());
+    fresh
+        .subscribe(a.recipient(), SubscribeOptions::default())
+        .await
+        .unwrap();
+}
+
+#[actix::test]
+async fn a_subscription_keeps_its_informer_alive_across_relists() {
+    let server = server(10_000);
+    server.seed_configmaps("default", 10).unwrap();
+    let (a, log) = Recorder::start();
+    // The informer handle is dropped at once; only the subscription remains.
+    let sub = informer(&server)
+        .backoff(fast_backoff())
+        .start()
+        .unwrap()
+        .subscribe(a.recipient(), SubscribeOptions::default())
+        .await
+        .unwrap();
+    sub.wait_for_sync(SYNC).await.unwrap();
+    // Force a relist (the Reflector actor stops and its supervisor restarts it).
+    server.faults().stall_watches(true);
+    create(&server, "during-outage", "1");
+    server.faults().compact();
+    server.faults().close_all_watches();
+    server.faults().stall_watches(false);
+    converges(
+        &server,
+        &log,
+        "the subscription still converges after a relist",
+    )
+    .await;
+}

@@ -5,10 +5,12 @@
 //! which actix's `send`/`do_send` ignore):
 //! - Towards the Indexer: at most one batch in flight; the next is popped when
 //!   the Indexer answers. Meanwhile new events merge per key in the queue.
-//! - From the Reflector: [`Enqueue`] and [`Replace`] are answered at once while
-//!   the queue holds fewer than `high_watermark` deltas, and only once it has
-//!   drained below that otherwise. The Reflector awaits the answer before it
-//!   reads more of the watch stream.
+//! - From the Reflector: [`Enqueue`] is answered at once while the queue holds
+//!   fewer than `high_watermark` deltas, and only once it has drained below
+//!   that otherwise. The Reflector awaits the answer before it reads more of
+//!   the watch stream, so the server's TCP connection pushes back.
+//!   [`Replace`] is answered at once: its list is already in memory, and
+//!   holding it back would only delay the watch at the list's resourceVersion.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -60,7 +62,7 @@ impl<K: 'static> Message for Replace<K> {
 pub struct FifoStats {
     /// Keys waiting in the queue.
     pub queued_keys: AtomicUsize,
-    /// Deltas waiting (approximate: counted in, counted out).
+    /// Deltas waiting.
     pub queued_deltas: AtomicUsize,
     /// True while the Reflector is held back.
     pub saturated: AtomicBool,
@@ -84,13 +86,24 @@ impl Default for FifoOptions {
     }
 }
 
+impl FifoOptions {
+    /// The options with `batch_size ≥ 1` and `high_watermark ≥ batch_size`
+    /// (a zero batch would never pop; a zero watermark never answer).
+    pub fn sanitized(self) -> Self {
+        let batch_size = self.batch_size.max(1);
+        FifoOptions {
+            batch_size,
+            high_watermark: self.high_watermark.max(batch_size),
+        }
+    }
+}
+
 /// The DeltaFIFO actor.
 pub struct DeltaFifo<K: Resource + Send + Sync + 'static> {
     queue: DeltaQueue<K>,
     known: CacheReader<K>,
     indexer: Addr<Indexer<K>>,
     options: FifoOptions,
-    pending_deltas: usize,
     in_flight: bool,
     held_producers: Vec<oneshot::Sender<Result<(), FifoClosed>>>,
     synced_sent: bool,
@@ -112,8 +125,7 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
             queue: DeltaQueue::new(DeltaQueueOptions::default()),
             known,
             indexer,
-            options,
-            pending_deltas: 0,
+            options: options.sanitized(),
             in_flight: false,
             held_producers: Vec::new(),
             synced_sent: false,
@@ -130,7 +142,7 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
     }
 
     fn saturated(&self) -> bool {
-        self.pending_deltas >= self.options.high_watermark
+        self.queue.pending_deltas() >= self.options.high_watermark
     }
 
     fn answer(&mut self) -> ResponseFuture<Result<(), FifoClosed>> {
@@ -149,7 +161,7 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
             .store(self.queue.len(), Ordering::Relaxed);
         self.stats
             .queued_deltas
-            .store(self.pending_deltas, Ordering::Relaxed);
+            .store(self.queue.pending_deltas(), Ordering::Relaxed);
         self.stats
             .saturated
             .store(self.saturated(), Ordering::Relaxed);
@@ -163,10 +175,9 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
         let batch = self.queue.pop_batch(self.options.batch_size);
         if batch.is_empty() {
             self.check_synced();
+            self.release_producers();
             return;
         }
-        let popped: usize = batch.iter().map(|p| p.deltas.len()).sum();
-        self.pending_deltas = self.pending_deltas.saturating_sub(popped);
         let receipts: Vec<PopReceipt> = batch.iter().map(|p| p.receipt.clone()).collect();
         self.in_flight = true;
         self.indexer
@@ -224,7 +235,6 @@ impl<K: Resource + Send + Sync + 'static> Handler<Enqueue<K>> for DeltaFifo<K> {
     fn handle(&mut self, Enqueue(events): Enqueue<K>, ctx: &mut Context<Self>) -> Self::Result {
         let _span = self.span.clone().entered();
         let known = self.known.snapshot();
-        self.pending_deltas += events.len();
         for event in events {
             let result = match event {
                 WatchDelta::Added(o) => self.queue.add(o, &known),
@@ -246,7 +256,6 @@ impl<K: Resource + Send + Sync + 'static> Handler<Replace<K>> for DeltaFifo<K> {
     fn handle(&mut self, msg: Replace<K>, ctx: &mut Context<Self>) -> Self::Result {
         let _span = self.span.clone().entered();
         let known = self.known.snapshot();
-        self.pending_deltas += msg.objects.len();
         // Objects without a usable key can never be cached: drop them with a log
         // rather than abort the whole Replace (client-go aborts part-way, DF-9).
         let (usable, unusable): (Vec<_>, Vec<_>) = msg
@@ -263,6 +272,7 @@ impl<K: Resource + Send + Sync + 'static> Handler<Replace<K>> for DeltaFifo<K> {
             tracing::error!(%err, rv = %msg.resource_version, "replace failed");
         }
         self.pump(ctx);
-        self.answer()
+        self.refresh_stats();
+        Box::pin(async { Ok(()) })
     }
 }

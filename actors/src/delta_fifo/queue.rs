@@ -293,6 +293,8 @@ pub struct DeltaQueue<K> {
     initial_unfinished: usize,
     /// Latched HasSynced.
     synced: bool,
+    /// Deltas in `items`, exactly (the DeltaFIFO's back-pressure measure).
+    pending_deltas: usize,
 }
 
 impl<K: Resource> DeltaQueue<K> {
@@ -309,6 +311,7 @@ impl<K: Resource> DeltaQueue<K> {
             initial_unpopped: 0,
             initial_unfinished: 0,
             synced: false,
+            pending_deltas: 0,
         }
     }
 
@@ -445,6 +448,7 @@ impl<K: Resource> DeltaQueue<K> {
                 tracing::error!(%key, "queued key without deltas; skipped");
                 continue;
             };
+            self.pending_deltas -= deltas.len();
             let Some(newest) = deltas.last() else {
                 tracing::error!(%key, "queued key with an empty delta list; skipped");
                 continue;
@@ -539,6 +543,11 @@ impl<K: Resource> DeltaQueue<K> {
         self.queue.is_empty()
     }
 
+    /// Deltas waiting, over all keys (exact; what bounds the queue's memory).
+    pub fn pending_deltas(&self) -> usize {
+        self.pending_deltas
+    }
+
     /// Number of popped items not yet [`done`](Self::done).
     pub fn in_flight(&self) -> usize {
         self.outstanding.len()
@@ -577,12 +586,15 @@ impl<K: Resource> DeltaQueue<K> {
         match self.items.entry(key) {
             Entry::Occupied(mut e) => {
                 let deltas = e.get_mut();
+                let before = deltas.len();
                 deltas.push(delta);
                 dedup_deltas(deltas);
+                self.pending_deltas += deltas.len() - before;
             }
             Entry::Vacant(e) => {
                 self.queue.push_back(e.key().clone());
                 e.insert(vec![delta]);
+                self.pending_deltas += 1;
             }
         }
     }

@@ -63,9 +63,10 @@ impl<K: Send + Sync + 'static> Message for Subscribe<K> {
 #[rtype(result = "()")]
 pub struct Unsubscribe(pub SubscriberId);
 
-/// These subscribers are due for a resync (SI-10); the others are not.
+/// These subscribers are due for a resync (SI-10). Answered with the ids the
+/// Indexer no longer knows (their subscribers are gone), so the timer drops them.
 #[derive(Message)]
-#[rtype(result = "()")]
+#[rtype(result = "Vec<SubscriberId>")]
 pub struct ResyncDue(pub Vec<SubscriberId>);
 
 /// Live counters of the Indexer.
@@ -392,6 +393,7 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
             .filter_map(|id| self.listeners.get(id).map(|a| (*id, a.clone())))
             .collect();
         if targets.is_empty() {
+            self.sweep_done(&ids);
             return self.step(ctx);
         }
         let end = (pos + SWEEP_CHUNK).min(keys.len());
@@ -412,7 +414,9 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
             .collect();
         let done = end >= keys.len();
         self.distribute(per_listener, ctx, move |act, _| {
-            if !done {
+            if done {
+                act.sweep_done(&ids);
+            } else {
                 act.work.push_back(Work::Sweep {
                     ids,
                     keys,
@@ -420,6 +424,13 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
                 });
             }
         });
+    }
+
+    /// These subscribers' resync is complete: no longer syncing (SI-10).
+    fn sweep_done(&mut self, ids: &[SubscriberId]) {
+        for id in ids {
+            self.syncing.remove(id);
+        }
     }
 }
 
@@ -495,15 +506,20 @@ impl<K: Resource + Send + Sync + 'static> Handler<Unsubscribe> for Indexer<K> {
 }
 
 impl<K: Resource + Send + Sync + 'static> Handler<ResyncDue> for Indexer<K> {
-    type Result = ();
+    type Result = MessageResult<ResyncDue>;
 
-    fn handle(&mut self, ResyncDue(due): ResyncDue, ctx: &mut Context<Self>) {
+    fn handle(&mut self, ResyncDue(due): ResyncDue, ctx: &mut Context<Self>) -> Self::Result {
         let _span = self.span.clone().entered();
-        self.syncing = due.iter().copied().collect();
-        let ids: Vec<_> = due
+        let (known, gone): (Vec<_>, Vec<_>) = due
             .into_iter()
-            .filter(|id| self.listeners.contains_key(id))
+            .partition(|id| self.listeners.contains_key(id) || self.replaying.contains_key(id));
+        // A subscriber whose previous sweep is still running is not swept twice:
+        // sweeps never pile up, however slow a subscriber or the Indexer is.
+        let ids: Vec<_> = known
+            .into_iter()
+            .filter(|id| self.listeners.contains_key(id) && !self.syncing.contains(id))
             .collect();
+        self.syncing.extend(ids.iter().copied());
         if !ids.is_empty() {
             self.work.push_back(Work::Sweep {
                 ids,
@@ -512,5 +528,6 @@ impl<K: Resource + Send + Sync + 'static> Handler<ResyncDue> for Indexer<K> {
             });
         }
         self.step(ctx);
+        MessageResult(gone)
     }
 }

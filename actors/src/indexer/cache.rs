@@ -132,7 +132,10 @@ impl<K> Clone for Index<K> {
 impl<K> Index<K> {
     /// The values of `obj`, deduplicated; a failure is reported, not raised.
     fn values_of(&self, name: &str, key: &ObjectKey, obj: &K) -> Result<Vec<String>, IndexError> {
-        (self.func)(obj)
+        // A panicking index function is a user bug, not a reason to kill the
+        // Indexer: it is reported like a failing one.
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (self.func)(obj)))
+            .unwrap_or_else(|_| Err("index function panicked".to_owned()))
             .map(|mut v| {
                 v.sort_unstable();
                 v.dedup();
@@ -839,6 +842,24 @@ mod tests {
             ["2", "3"],
             "old values are gone"
         );
+    }
+
+    #[test]
+    fn index_func_panic_is_contained_as_an_error() {
+        let mut c = Cache::new();
+        let panicky: IndexFn<ConfigMap> = Arc::new(|o: &ConfigMap| {
+            if val(o) == "boom" {
+                panic!("index bug (expected by the test)");
+            }
+            Ok(vec![val(o)])
+        });
+        c.add_index("p", panicky).unwrap();
+        let up = put(&mut c, "a", "boom");
+        assert_eq!(up.index_errors.len(), 1);
+        assert_eq!(up.index_errors[0].message, "index function panicked");
+        assert!(c.contains(&key("a")));
+        assert!(put(&mut c, "b", "fine").index_errors.is_empty());
+        assert_eq!(keys_of(&c, "p", "fine"), ["b"]);
     }
 
     #[test]

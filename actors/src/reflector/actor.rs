@@ -357,11 +357,14 @@ where
         Failure,
     > {
         let now = Instant::now().into_std();
-        let req = self.state.borrow_mut().watch_request(now, jitter());
+        let req = self.state.borrow_mut().streaming_request(now, jitter());
+        let started = Instant::now();
+        let mut events = 0u64;
         let mut stream = self.source.watch(&req, true).await?;
         let mut items: std::collections::HashMap<String, Arc<K>> = std::collections::HashMap::new();
         let key = |o: &K| crate::key::ObjectKey::of(o).map(|k| k.to_string());
         while let Some(event) = stream.next().await {
+            events += 1;
             match event? {
                 SourceEvent::Added(o) | SourceEvent::Modified(o) => {
                     if let Ok(k) = key(&o) {
@@ -389,8 +392,14 @@ where
                 SourceEvent::Bookmark { .. } => {}
             }
         }
-        // Closed before the end bookmark: a server without streaming lists closes at once.
-        Err(Failure::Unsupported)
+        // Closed before the end bookmark. A server without streaming lists
+        // closes at once with nothing (R-26: then fall back to lists); a stream
+        // cut short later is retried as a streaming list after a backoff.
+        if events == 0 && started.elapsed() < super::state::VERY_SHORT_WATCH {
+            Err(Failure::Unsupported)
+        } else {
+            Err(Failure::Other)
+        }
     }
 
     /// Adds one stream item to the batch; returns how the watch ended, if it did.
@@ -485,6 +494,7 @@ where
             stats: self.stats.clone(),
         };
         let stats = self.stats.clone();
+        let state = self.state.clone();
         let fut = async move {
             if !delay.is_zero() {
                 tracing::info!(?delay, "relisting after backoff");
@@ -497,8 +507,21 @@ where
                 Ok(exit) => exit,
                 Err(_) => {
                     stats.panics.fetch_add(1, Ordering::Relaxed);
-                    tracing::error!("panic in the reflector's list-watch loop; restarting it");
-                    Exit::Relist(Duration::from_secs(1))
+                    tracing::error!(
+                        "panic in the reflector's list-watch loop; relisting after backoff"
+                    );
+                    // Through the state machine, so a panic that repeats backs off
+                    // like any other failure instead of relisting at a fixed rate.
+                    let next = state.borrow_mut().list_failed(
+                        &Failure::Other,
+                        false,
+                        Instant::now().into_std(),
+                        jitter(),
+                    );
+                    match next {
+                        Next::ListAfter(d) | Next::WatchAfter(d) => Exit::Relist(d),
+                        Next::List | Next::Watch => Exit::Relist(Duration::ZERO),
+                    }
                 }
             }
         };

@@ -69,6 +69,11 @@ impl Backoff {
         self.steps
     }
 
+    /// The longest base delay.
+    pub fn cap(&self) -> Duration {
+        self.cap
+    }
+
     /// The base (un-jittered) delay of the next step.
     pub fn peek(&self) -> Duration {
         self.next

@@ -1,15 +1,26 @@
 //! The Reflector's I/O: paginated lists and watches through kube-client, and
 //! the mapping of kube errors onto the [`Failure`]s the state machine knows.
+//!
+//! Requests go through kube-client (its `Client`, auth, TLS and retries), but
+//! responses are decoded here (see [`decode`]): a list page straight from its
+//! bytes, and each watch line through a tag-first `{type, object}` envelope
+//! decoded from a reused line buffer, instead of kube's `LinesCodec` (one new
+//! `String` per line) and `WatchEvent<K>`. [`DecodeOptions`] can also drop
+//! `metadata.managedFields` while decoding, so it is never allocated.
 
 use std::fmt::Debug;
+use std::pin::Pin;
 use std::time::Duration;
 
-use futures::{Stream, StreamExt, TryStreamExt};
-use kube::api::{ListParams, VersionMatch, WatchEvent, WatchParams};
+use futures::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt};
+use futures::{Stream, StreamExt};
+use kube::api::{ListParams, VersionMatch, WatchParams};
+use kube::core::Request;
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 
 use super::state::{Failure, ListRequest, ListVersion, WatchRequest};
+pub use decode::DecodeOptions;
 
 /// The annotation that marks the end of a streaming list's initial events (R-26).
 pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
@@ -26,6 +37,7 @@ pub struct ListWatch<K: Resource> {
 }
 
 /// One event of a watch stream, decoded.
+#[derive(Debug)]
 pub enum SourceEvent<K> {
     /// `ADDED`.
     Added(K),
@@ -79,6 +91,29 @@ where
         lp
     }
 
+    /// The decoding used for lists and watches (everything kept, for now).
+    fn decode_options(&self) -> DecodeOptions {
+        DecodeOptions::default()
+    }
+
+    /// One list request, decoded from the response bytes.
+    async fn list_page(&self, lp: &ListParams) -> Result<decode::Page<K>, kube::Error> {
+        let request = Request::new(self.api.resource_url());
+        let mut req = if K::metadata_api() {
+            request.list_metadata(lp)
+        } else {
+            request.list(lp)
+        }
+        .map_err(kube::Error::BuildRequest)?;
+        req.extensions_mut().insert("list");
+        let mut body = self.api.clone().into_client().request_stream(req).await?;
+        let mut bytes = Vec::new();
+        body.read_to_end(&mut bytes)
+            .await
+            .map_err(kube::Error::ReadEvents)?;
+        decode::decode_page(&bytes, self.decode_options()).map_err(kube::Error::SerdeError)
+    }
+
     /// A paginated list (R-10, R-11), calling `progress(items_so_far, total_hint)` after each page.
     /// A 410 on a continuation page falls back to one unpaginated list (R-11).
     pub async fn list(
@@ -93,7 +128,7 @@ where
         let mut pages = 0u32;
         let mut total_hint = None;
         loop {
-            let page = match self.api.list(&lp).await {
+            let page = match self.list_page(&lp).await {
                 Ok(page) => page,
                 Err(err) => {
                     let failure = classify(&err);
@@ -106,12 +141,11 @@ where
                             continue_token: None,
                             ..first.clone()
                         };
-                        let list = self.api.list(&full).await.map_err(|e| classify(&e))?;
-                        let rv = list.metadata.resource_version.clone().unwrap_or_default();
+                        let list = self.list_page(&full).await.map_err(|e| classify(&e))?;
                         progress(list.items.len() as u64, None);
                         return Ok(Listed {
                             items: list.items,
-                            resource_version: rv,
+                            resource_version: list.resource_version.unwrap_or_default(),
                             paginated: true,
                             total_hint: None,
                         });
@@ -122,13 +156,15 @@ where
             };
             pages += 1;
             if resource_version.is_none() {
-                resource_version = Some(page.metadata.resource_version.clone().unwrap_or_default());
+                resource_version = Some(page.resource_version.clone().unwrap_or_default());
                 total_hint = page
-                    .metadata
                     .remaining_item_count
                     .map(|r| r.max(0) as u64 + page.items.len() as u64);
+                if let Some(total) = total_hint {
+                    items.reserve(usize::try_from(total).unwrap_or(0));
+                }
             }
-            let next = page.metadata.continue_.clone().filter(|c| !c.is_empty());
+            let next = page.continue_token.clone().filter(|c| !c.is_empty());
             items.extend(page.items);
             progress(items.len() as u64, total_hint);
             match next {
@@ -171,37 +207,129 @@ where
         if streaming {
             wp = wp.initial_events();
         }
-        let stream = self
-            .api
-            .watch(&wp, &req.resource_version)
-            .await
-            .map_err(|err| {
-                tracing::warn!(%err, "opening the watch failed");
-                classify(&err)
-            })?;
-        Ok(stream
-            .map_err(|err| {
-                tracing::warn!(%err, "watch stream error");
-                classify(&err)
-            })
-            .and_then(|event| async move {
-                match event {
-                    WatchEvent::Added(o) => Ok(SourceEvent::Added(o)),
-                    WatchEvent::Modified(o) => Ok(SourceEvent::Modified(o)),
-                    WatchEvent::Deleted(o) => Ok(SourceEvent::Deleted(o)),
-                    WatchEvent::Bookmark(b) => Ok(SourceEvent::Bookmark {
-                        initial_events_end: b.metadata.annotations.get(INITIAL_EVENTS_END).map(String::as_str)
-                            == Some("true"),
-                        resource_version: b.metadata.resource_version,
-                    }),
-                    WatchEvent::Error(status) => {
-                        tracing::info!(code = status.code, reason = %status.reason, message = %status.message, "watch ERROR event");
-                        Err(classify_status(status.code, &status.reason, &status.message, None))
-                    }
-                }
-            })
-            .boxed())
+        let opened = async {
+            let request = Request::new(self.api.resource_url());
+            let mut http = if K::metadata_api() {
+                request.watch_metadata(&wp, &req.resource_version)
+            } else {
+                request.watch(&wp, &req.resource_version)
+            }
+            .map_err(kube::Error::BuildRequest)?;
+            http.extensions_mut().insert("watch");
+            // As kube-client does: a gzipped watch stream would need multi-member decoding.
+            if let Ok(identity) = "identity".parse() {
+                http.headers_mut().insert("accept-encoding", identity);
+            }
+            self.api.clone().into_client().request_stream(http).await
+        };
+        let body = opened.await.map_err(|err| {
+            tracing::warn!(%err, "opening the watch failed");
+            classify(&err)
+        })?;
+        Ok(watch_stream::<K>(Box::pin(body), self.decode_options()))
     }
+}
+
+/// The state of a watch body being read line by line.
+struct WatchBody {
+    body: Pin<Box<dyn AsyncBufRead + Send>>,
+    line: Vec<u8>,
+    options: DecodeOptions,
+    done: bool,
+}
+
+/// Decodes a watch body, one event per line, ending at the first failure.
+fn watch_stream<K: DeserializeOwned + Send + 'static>(
+    body: Pin<Box<dyn AsyncBufRead + Send>>,
+    options: DecodeOptions,
+) -> futures::stream::BoxStream<'static, Result<SourceEvent<K>, Failure>> {
+    let state = WatchBody {
+        body,
+        line: Vec::with_capacity(16 * 1024),
+        options,
+        done: false,
+    };
+    futures::stream::unfold(state, |mut st| async move {
+        let item = next_event::<K>(&mut st).await?;
+        if item.is_err() {
+            st.done = true;
+        }
+        Some((item, st))
+    })
+    .boxed()
+}
+
+/// The next event of a watch body; `None` at its end.
+async fn next_event<K: DeserializeOwned>(
+    st: &mut WatchBody,
+) -> Option<Result<SourceEvent<K>, Failure>> {
+    loop {
+        if st.done {
+            return None;
+        }
+        st.line.clear();
+        match st.body.read_until(b'\n', &mut st.line).await {
+            Ok(0) => return None,
+            Ok(_) => {}
+            Err(e) if ends_watch_cleanly(&e) => {
+                tracing::debug!(%e, "watch body ended");
+                return None;
+            }
+            Err(e) => {
+                tracing::warn!(%e, "watch stream error");
+                return Some(Err(classify(&kube::Error::ReadEvents(e))));
+            }
+        }
+        let line = st.line.trim_ascii();
+        if line.is_empty() {
+            continue;
+        }
+        return match decode::decode_watch_line::<K>(line, st.options) {
+            Ok(decode::WatchLine::Event(event)) => Some(Ok(event)),
+            Ok(decode::WatchLine::Error(status)) => {
+                tracing::info!(code = status.code, reason = %status.reason, message = %status.message, "watch ERROR event");
+                Some(Err(classify_status(
+                    status.code,
+                    &status.reason,
+                    &status.message,
+                    None,
+                )))
+            }
+            // An incomplete last line: the body was cut; resume like a clean close.
+            Err(e) if e.is_eof() => None,
+            Err(e) => match serde_json::from_slice::<kube::core::Status>(line) {
+                Ok(status) => Some(Err(classify(&kube::Error::Api(Box::new(status))))),
+                Err(_) => {
+                    tracing::warn!(%e, "malformed watch event");
+                    Some(Err(classify(&kube::Error::SerdeError(e))))
+                }
+            },
+        };
+    }
+}
+
+/// A read error that ends a watch like a clean close (kube-client's rules):
+/// a read timeout, or an EOF inside a chunk (a resumable termination).
+fn ends_watch_cleanly(e: &std::io::Error) -> bool {
+    if matches!(
+        e.kind(),
+        std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::TimedOut
+    ) {
+        return true;
+    }
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(io) = err.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::UnexpectedEof
+        {
+            return true;
+        }
+        if err.to_string().contains("unexpected EOF during chunk") {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
 }
 
 /// Maps a kube error onto the Reflector's failure kinds.
@@ -269,9 +397,677 @@ fn error_chain_has(err: &(dyn std::error::Error + 'static), kind: std::io::Error
     false
 }
 
+pub mod decode {
+    //! Decoding list pages and watch lines straight from bytes.
+    //!
+    //! * A watch line is an envelope `{"type": ..., "object": ...}`. Servers
+    //!   send `type` first, so the object is decoded directly into `K`, a
+    //!   bookmark into its resourceVersion and annotations, an `ERROR` into a
+    //!   `Status`. An envelope with `object` first still decodes (through a
+    //!   buffered `serde_json::Value`).
+    //! * A list page keeps only its `metadata` and `items`.
+    //! * With [`DecodeOptions::skip_managed_fields`], `metadata.managedFields`
+    //!   is skipped by the parser: never allocated, unlike a transform applied
+    //!   after decoding.
+
+    use std::collections::BTreeMap;
+    use std::fmt;
+    use std::marker::PhantomData;
+
+    use serde::Deserialize;
+    use serde::de::value::{BorrowedStrDeserializer, StringDeserializer};
+    use serde::de::{
+        self, DeserializeOwned, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess,
+        Visitor,
+    };
+
+    use super::{INITIAL_EVENTS_END, SourceEvent};
+
+    /// How objects are decoded.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    pub struct DecodeOptions {
+        /// Skip `metadata.managedFields` while parsing (it stays `None`). Off by default.
+        pub skip_managed_fields: bool,
+    }
+
+    /// One decoded list page.
+    #[derive(Debug)]
+    pub struct Page<K> {
+        /// The page's objects.
+        pub items: Vec<K>,
+        /// `metadata.resourceVersion`.
+        pub resource_version: Option<String>,
+        /// `metadata.continue`.
+        pub continue_token: Option<String>,
+        /// `metadata.remainingItemCount`.
+        pub remaining_item_count: Option<i64>,
+    }
+
+    /// One decoded watch line.
+    #[derive(Debug)]
+    pub enum WatchLine<K> {
+        /// An object event or a bookmark.
+        Event(SourceEvent<K>),
+        /// An `ERROR` event's `Status`.
+        Error(Box<kube::core::Status>),
+    }
+
+    /// Decodes one object.
+    pub fn decode_object<K: DeserializeOwned>(
+        json: &[u8],
+        options: DecodeOptions,
+    ) -> Result<K, serde_json::Error> {
+        let mut de = serde_json::Deserializer::from_slice(json);
+        let value = ObjectSeed::<K>::new(options).deserialize(&mut de)?;
+        de.end()?;
+        Ok(value)
+    }
+
+    /// Decodes one list page (`{"metadata": {...}, "items": [...]}`).
+    pub fn decode_page<K: DeserializeOwned>(
+        json: &[u8],
+        options: DecodeOptions,
+    ) -> Result<Page<K>, serde_json::Error> {
+        let mut de = serde_json::Deserializer::from_slice(json);
+        let page = de.deserialize_map(PageVisitor::<K> {
+            options,
+            _k: PhantomData,
+        })?;
+        de.end()?;
+        Ok(page)
+    }
+
+    /// Decodes one watch line (without its newline).
+    pub fn decode_watch_line<K: DeserializeOwned>(
+        line: &[u8],
+        options: DecodeOptions,
+    ) -> Result<WatchLine<K>, serde_json::Error> {
+        let mut de = serde_json::Deserializer::from_slice(line);
+        let event = de.deserialize_map(EnvelopeVisitor::<K> {
+            options,
+            _k: PhantomData,
+        })?;
+        de.end()?;
+        Ok(event)
+    }
+
+    /// Decodes a `K`, skipping managedFields when asked.
+    struct ObjectSeed<K> {
+        options: DecodeOptions,
+        _k: PhantomData<fn() -> K>,
+    }
+
+    impl<K> ObjectSeed<K> {
+        fn new(options: DecodeOptions) -> Self {
+            ObjectSeed {
+                options,
+                _k: PhantomData,
+            }
+        }
+    }
+
+    impl<'de, K: DeserializeOwned> DeserializeSeed<'de> for ObjectSeed<K> {
+        type Value = K;
+
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<K, D::Error> {
+            if self.options.skip_managed_fields {
+                K::deserialize(Filter {
+                    inner: d,
+                    level: Level::Object,
+                })
+            } else {
+                K::deserialize(d)
+            }
+        }
+    }
+
+    struct PageVisitor<K> {
+        options: DecodeOptions,
+        _k: PhantomData<fn() -> K>,
+    }
+
+    #[derive(Deserialize, Default)]
+    struct ListMeta {
+        #[serde(rename = "resourceVersion")]
+        resource_version: Option<String>,
+        #[serde(rename = "continue")]
+        continue_token: Option<String>,
+        #[serde(rename = "remainingItemCount")]
+        remaining_item_count: Option<i64>,
+    }
+
+    impl<'de, K: DeserializeOwned> Visitor<'de> for PageVisitor<K> {
+        type Value = Page<K>;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a list")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Page<K>, A::Error> {
+            let mut meta = ListMeta::default();
+            let mut items = Vec::new();
+            while let Some(key) = map.next_key::<Key<'de>>()? {
+                match key.as_str() {
+                    "metadata" => meta = map.next_value::<Option<ListMeta>>()?.unwrap_or_default(),
+                    "items" => {
+                        items = map.next_value_seed(ItemsSeed::<K> {
+                            options: self.options,
+                            _k: PhantomData,
+                        })?
+                    }
+                    _ => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+            }
+            Ok(Page {
+                items,
+                resource_version: meta.resource_version,
+                continue_token: meta.continue_token,
+                remaining_item_count: meta.remaining_item_count,
+            })
+        }
+    }
+
+    /// `items`: an array of objects, or null.
+    struct ItemsSeed<K> {
+        options: DecodeOptions,
+        _k: PhantomData<fn() -> K>,
+    }
+
+    impl<'de, K: DeserializeOwned> DeserializeSeed<'de> for ItemsSeed<K> {
+        type Value = Vec<K>;
+
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Vec<K>, D::Error> {
+            d.deserialize_option(self)
+        }
+    }
+
+    impl<'de, K: DeserializeOwned> Visitor<'de> for ItemsSeed<K> {
+        type Value = Vec<K>;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("an array of objects")
+        }
+
+        fn visit_none<E: de::Error>(self) -> Result<Vec<K>, E> {
+            Ok(Vec::new())
+        }
+
+        fn visit_unit<E: de::Error>(self) -> Result<Vec<K>, E> {
+            Ok(Vec::new())
+        }
+
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Vec<K>, D::Error> {
+            d.deserialize_seq(self)
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<K>, A::Error> {
+            let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+            while let Some(item) = seq.next_element_seed(ObjectSeed::<K>::new(self.options))? {
+                items.push(item);
+            }
+            Ok(items)
+        }
+    }
+
+    #[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
+    #[serde(rename_all = "UPPERCASE")]
+    enum EventType {
+        Added,
+        Modified,
+        Deleted,
+        Bookmark,
+        Error,
+    }
+
+    #[derive(Deserialize)]
+    struct BookmarkObject {
+        metadata: BookmarkMeta,
+    }
+
+    #[derive(Deserialize)]
+    struct BookmarkMeta {
+        #[serde(rename = "resourceVersion")]
+        resource_version: String,
+        #[serde(default)]
+        annotations: Option<BTreeMap<String, String>>,
+    }
+
+    struct EnvelopeVisitor<K> {
+        options: DecodeOptions,
+        _k: PhantomData<fn() -> K>,
+    }
+
+    impl<'de, K: DeserializeOwned> Visitor<'de> for EnvelopeVisitor<K> {
+        type Value = WatchLine<K>;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a watch event")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<WatchLine<K>, A::Error> {
+            let mut event_type = None;
+            let mut decoded = None;
+            let mut buffered: Option<serde_json::Value> = None;
+            while let Some(key) = map.next_key::<Key<'de>>()? {
+                match key.as_str() {
+                    "type" => event_type = Some(map.next_value::<EventType>()?),
+                    "object" => match event_type {
+                        Some(t) => {
+                            decoded = Some(map.next_value_seed(PayloadSeed::<K> {
+                                event_type: t,
+                                options: self.options,
+                                _k: PhantomData,
+                            })?)
+                        }
+                        None => buffered = Some(map.next_value()?),
+                    },
+                    _ => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+            }
+            let event_type = event_type.ok_or_else(|| de::Error::missing_field("type"))?;
+            match (decoded, buffered) {
+                (Some(line), _) => Ok(line),
+                (None, Some(value)) => PayloadSeed::<K> {
+                    event_type,
+                    options: self.options,
+                    _k: PhantomData,
+                }
+                .deserialize(value)
+                .map_err(de::Error::custom),
+                (None, None) => Err(de::Error::missing_field("object")),
+            }
+        }
+    }
+
+    /// The `object` of an envelope whose `type` is known.
+    struct PayloadSeed<K> {
+        event_type: EventType,
+        options: DecodeOptions,
+        _k: PhantomData<fn() -> K>,
+    }
+
+    impl<'de, K: DeserializeOwned> DeserializeSeed<'de> for PayloadSeed<K> {
+        type Value = WatchLine<K>;
+
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<WatchLine<K>, D::Error> {
+            let object = ObjectSeed::<K>::new(self.options);
+            Ok(match self.event_type {
+                EventType::Added => WatchLine::Event(SourceEvent::Added(object.deserialize(d)?)),
+                EventType::Modified => {
+                    WatchLine::Event(SourceEvent::Modified(object.deserialize(d)?))
+                }
+                EventType::Deleted => {
+                    WatchLine::Event(SourceEvent::Deleted(object.deserialize(d)?))
+                }
+                EventType::Bookmark => {
+                    let b = BookmarkObject::deserialize(d)?;
+                    let end = b
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(INITIAL_EVENTS_END))
+                        .map(String::as_str)
+                        == Some("true");
+                    WatchLine::Event(SourceEvent::Bookmark {
+                        resource_version: b.metadata.resource_version,
+                        initial_events_end: end,
+                    })
+                }
+                EventType::Error => WatchLine::Error(Box::new(kube::core::Status::deserialize(d)?)),
+            })
+        }
+    }
+
+    /// A map key, borrowed from the input when it has no escapes.
+    enum Key<'de> {
+        Borrowed(&'de str),
+        Owned(String),
+    }
+
+    impl Key<'_> {
+        fn as_str(&self) -> &str {
+            match self {
+                Key::Borrowed(s) => s,
+                Key::Owned(s) => s,
+            }
+        }
+    }
+
+    impl<'de> Deserialize<'de> for Key<'de> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct KeyVisitor;
+            impl<'de> Visitor<'de> for KeyVisitor {
+                type Value = Key<'de>;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("a string key")
+                }
+                fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Key<'de>, E> {
+                    Ok(Key::Borrowed(s))
+                }
+                fn visit_str<E: de::Error>(self, s: &str) -> Result<Key<'de>, E> {
+                    Ok(Key::Owned(s.to_owned()))
+                }
+                fn visit_string<E: de::Error>(self, s: String) -> Result<Key<'de>, E> {
+                    Ok(Key::Owned(s))
+                }
+            }
+            d.deserialize_str(KeyVisitor)
+        }
+    }
+
+    /// Where a [`Filter`] is in the object: at its top, or inside its `metadata`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Level {
+        Object,
+        Metadata,
+    }
+
+    /// A deserializer that hands `K` every field except
+    /// `metadata.managedFields`, which the parser skips.
+    struct Filter<D> {
+        inner: D,
+        level: Level,
+    }
+
+    macro_rules! forward_plain {
+        ($($method:ident),* $(,)?) => {
+            $(
+                fn $method<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
+                    self.inner.$method(visitor)
+                }
+            )*
+        };
+    }
+
+    impl<'de, D: Deserializer<'de>> Deserializer<'de> for Filter<D> {
+        type Error = D::Error;
+
+        forward_plain!(
+            deserialize_bool,
+            deserialize_i8,
+            deserialize_i16,
+            deserialize_i32,
+            deserialize_i64,
+            deserialize_i128,
+            deserialize_u8,
+            deserialize_u16,
+            deserialize_u32,
+            deserialize_u64,
+            deserialize_u128,
+            deserialize_f32,
+            deserialize_f64,
+            deserialize_char,
+            deserialize_str,
+            deserialize_string,
+            deserialize_bytes,
+            deserialize_byte_buf,
+            deserialize_unit,
+            deserialize_seq,
+            deserialize_identifier,
+            deserialize_ignored_any,
+        );
+
+        fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
+            let level = self.level;
+            self.inner.deserialize_any(FilterVisitor {
+                inner: visitor,
+                level,
+            })
+        }
+
+        fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
+            let level = self.level;
+            self.inner.deserialize_option(FilterVisitor {
+                inner: visitor,
+                level,
+            })
+        }
+
+        fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
+            let level = self.level;
+            self.inner.deserialize_map(FilterVisitor {
+                inner: visitor,
+                level,
+            })
+        }
+
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            name: &'static str,
+            fields: &'static [&'static str],
+            visitor: V,
+        ) -> Result<V::Value, D::Error> {
+            let level = self.level;
+            self.inner.deserialize_struct(
+                name,
+                fields,
+                FilterVisitor {
+                    inner: visitor,
+                    level,
+                },
+            )
+        }
+
+        fn deserialize_newtype_struct<V: Visitor<'de>>(
+            self,
+            name: &'static str,
+            visitor: V,
+        ) -> Result<V::Value, D::Error> {
+            let level = self.level;
+            self.inner.deserialize_newtype_struct(
+                name,
+                FilterVisitor {
+                    inner: visitor,
+                    level,
+                },
+            )
+        }
+
+        fn deserialize_unit_struct<V: Visitor<'de>>(
+            self,
+            name: &'static str,
+            visitor: V,
+        ) -> Result<V::Value, D::Error> {
+            self.inner.deserialize_unit_struct(name, visitor)
+        }
+
+        fn deserialize_tuple<V: Visitor<'de>>(
+            self,
+            len: usize,
+            visitor: V,
+        ) -> Result<V::Value, D::Error> {
+            self.inner.deserialize_tuple(len, visitor)
+        }
+
+        fn deserialize_tuple_struct<V: Visitor<'de>>(
+            self,
+            name: &'static str,
+            len: usize,
+            visitor: V,
+        ) -> Result<V::Value, D::Error> {
+            self.inner.deserialize_tuple_struct(name, len, visitor)
+        }
+
+        fn deserialize_enum<V: Visitor<'de>>(
+            self,
+            name: &'static str,
+            variants: &'static [&'static str],
+            visitor: V,
+        ) -> Result<V::Value, D::Error> {
+            self.inner.deserialize_enum(name, variants, visitor)
+        }
+
+        fn is_human_readable(&self) -> bool {
+            self.inner.is_human_readable()
+        }
+    }
+
+    /// The visitor of a [`Filter`]: maps get their keys filtered; options and
+    /// newtypes pass the filter on.
+    struct FilterVisitor<V> {
+        inner: V,
+        level: Level,
+    }
+
+    macro_rules! forward_visit {
+        ($($method:ident($ty:ty)),* $(,)?) => {
+            $(
+                fn $method<E: de::Error>(self, v: $ty) -> Result<V::Value, E> {
+                    self.inner.$method(v)
+                }
+            )*
+        };
+    }
+
+    impl<'de, V: Visitor<'de>> Visitor<'de> for FilterVisitor<V> {
+        type Value = V::Value;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            self.inner.expecting(f)
+        }
+
+        forward_visit!(
+            visit_bool(bool),
+            visit_i8(i8),
+            visit_i16(i16),
+            visit_i32(i32),
+            visit_i64(i64),
+            visit_i128(i128),
+            visit_u8(u8),
+            visit_u16(u16),
+            visit_u32(u32),
+            visit_u64(u64),
+            visit_u128(u128),
+            visit_f32(f32),
+            visit_f64(f64),
+            visit_char(char),
+            visit_str(&str),
+            visit_borrowed_str(&'de str),
+            visit_string(String),
+            visit_bytes(&[u8]),
+            visit_borrowed_bytes(&'de [u8]),
+            visit_byte_buf(Vec<u8>),
+        );
+
+        fn visit_none<E: de::Error>(self) -> Result<V::Value, E> {
+            self.inner.visit_none()
+        }
+
+        fn visit_unit<E: de::Error>(self) -> Result<V::Value, E> {
+            self.inner.visit_unit()
+        }
+
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<V::Value, D::Error> {
+            self.inner.visit_some(Filter {
+                inner: d,
+                level: self.level,
+            })
+        }
+
+        fn visit_newtype_struct<D: Deserializer<'de>>(self, d: D) -> Result<V::Value, D::Error> {
+            self.inner.visit_newtype_struct(Filter {
+                inner: d,
+                level: self.level,
+            })
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<V::Value, A::Error> {
+            self.inner.visit_seq(seq)
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<V::Value, A::Error> {
+            self.inner.visit_map(FilterMap {
+                inner: map,
+                level: self.level,
+                metadata_next: false,
+            })
+        }
+
+        fn visit_enum<A: de::EnumAccess<'de>>(self, data: A) -> Result<V::Value, A::Error> {
+            self.inner.visit_enum(data)
+        }
+    }
+
+    /// The entries of a filtered map: at the object level, `metadata`'s value
+    /// is filtered again; at the metadata level, `managedFields` is skipped.
+    struct FilterMap<A> {
+        inner: A,
+        level: Level,
+        metadata_next: bool,
+    }
+
+    impl<'de, A: MapAccess<'de>> MapAccess<'de> for FilterMap<A> {
+        type Error = A::Error;
+
+        fn next_key_seed<S: DeserializeSeed<'de>>(
+            &mut self,
+            seed: S,
+        ) -> Result<Option<S::Value>, A::Error> {
+            loop {
+                let Some(key) = self.inner.next_key::<Key<'de>>()? else {
+                    return Ok(None);
+                };
+                if self.level == Level::Metadata && key.as_str() == "managedFields" {
+                    self.inner.next_value::<IgnoredAny>()?;
+                    continue;
+                }
+                self.metadata_next = self.level == Level::Object && key.as_str() == "metadata";
+                return match key {
+                    Key::Borrowed(s) => seed
+                        .deserialize(BorrowedStrDeserializer::<A::Error>::new(s))
+                        .map(Some),
+                    Key::Owned(s) => seed
+                        .deserialize(StringDeserializer::<A::Error>::new(s))
+                        .map(Some),
+                };
+            }
+        }
+
+        fn next_value_seed<S: DeserializeSeed<'de>>(
+            &mut self,
+            seed: S,
+        ) -> Result<S::Value, A::Error> {
+            if std::mem::take(&mut self.metadata_next) {
+                self.inner.next_value_seed(MetadataSeed(seed))
+            } else {
+                self.inner.next_value_seed(seed)
+            }
+        }
+
+        fn size_hint(&self) -> Option<usize> {
+            self.inner.size_hint()
+        }
+    }
+
+    /// Decodes `metadata` through a metadata-level [`Filter`].
+    struct MetadataSeed<S>(S);
+
+    impl<'de, S: DeserializeSeed<'de>> DeserializeSeed<'de> for MetadataSeed<S> {
+        type Value = S::Value;
+
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<S::Value, D::Error> {
+            self.0.deserialize(Filter {
+                inner: d,
+                level: Level::Metadata,
+            })
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::decode::*;
     use super::*;
+    use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+
+    const POD: &str = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"ns",
+        "resourceVersion":"7","labels":{"a":"b"},"managedFields":[{"manager":"kubelet","operation":"Update",
+        "fieldsType":"FieldsV1","fieldsV1":{"f:status":{"f:phase":{}}}}],"uid":"u"},
+        "spec":{"containers":[{"name":"c","image":"i"}]},"status":{"phase":"Running"}}"#;
 
     #[test]
     fn statuses_map_to_failures() {
@@ -302,5 +1098,117 @@ mod tests {
             classify_status(422, "Invalid", "", None),
             Failure::Unsupported
         );
+    }
+
+    #[test]
+    fn objects_decode_like_serde_json_and_can_skip_managed_fields() {
+        let plain: Pod = serde_json::from_str(POD).unwrap();
+        let same: Pod = decode_object(POD.as_bytes(), DecodeOptions::default()).unwrap();
+        assert_eq!(plain, same);
+        assert_eq!(
+            plain.metadata.managed_fields.as_ref().map(Vec::len),
+            Some(1)
+        );
+        let slim: Pod = decode_object(
+            POD.as_bytes(),
+            DecodeOptions {
+                skip_managed_fields: true,
+            },
+        )
+        .unwrap();
+        assert_eq!(slim.metadata.managed_fields, None);
+        let mut expected = plain.clone();
+        expected.metadata.managed_fields = None;
+        assert_eq!(slim, expected);
+        // Only metadata.managedFields goes: a field of that name elsewhere stays.
+        let dynamic: kube::core::DynamicObject = decode_object(
+            br#"{"apiVersion":"x/v1","kind":"W","metadata":{"name":"w","managedFields":[{"manager":"m"}]},
+                "spec":{"managedFields":1}}"#,
+            DecodeOptions {
+                skip_managed_fields: true,
+            },
+        )
+        .unwrap();
+        assert_eq!(dynamic.metadata.managed_fields, None);
+        assert_eq!(dynamic.data["spec"]["managedFields"], 1);
+        assert_eq!(dynamic.metadata.name.as_deref(), Some("w"));
+    }
+
+    #[test]
+    fn watch_lines_decode_with_type_first_or_last() {
+        let line = format!(r#"{{"type":"MODIFIED","object":{POD}}}"#);
+        let skip = DecodeOptions {
+            skip_managed_fields: true,
+        };
+        match decode_watch_line::<Pod>(line.as_bytes(), skip).unwrap() {
+            WatchLine::Event(SourceEvent::Modified(p)) => {
+                assert_eq!(p.metadata.name.as_deref(), Some("p"));
+                assert_eq!(p.metadata.managed_fields, None);
+            }
+            other => panic!("{other:?}"),
+        }
+        let reversed = format!(r#"{{"object":{POD},"type":"DELETED"}}"#);
+        match decode_watch_line::<Pod>(reversed.as_bytes(), skip).unwrap() {
+            WatchLine::Event(SourceEvent::Deleted(p)) => {
+                assert_eq!(p.metadata.managed_fields, None);
+                assert_eq!(p.status.and_then(|s| s.phase).as_deref(), Some("Running"));
+            }
+            other => panic!("{other:?}"),
+        }
+        let bookmark = br#"{"type":"BOOKMARK","object":{"kind":"ConfigMap","apiVersion":"v1",
+            "metadata":{"resourceVersion":"12","annotations":{"k8s.io/initial-events-end":"true"}}}}"#;
+        match decode_watch_line::<ConfigMap>(bookmark, DecodeOptions::default()).unwrap() {
+            WatchLine::Event(SourceEvent::Bookmark {
+                resource_version,
+                initial_events_end,
+            }) => {
+                assert_eq!(resource_version, "12");
+                assert!(initial_events_end);
+            }
+            other => panic!("{other:?}"),
+        }
+        let error =
+            br#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure",
+            "message":"too old resource version: 1 (5)","reason":"Expired","code":410}}"#;
+        match decode_watch_line::<ConfigMap>(error, DecodeOptions::default()).unwrap() {
+            WatchLine::Error(status) => assert_eq!(
+                classify_status(status.code, &status.reason, &status.message, None),
+                Failure::Expired
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            decode_watch_line::<ConfigMap>(
+                b"{\"type\":\"MODIFIED\",\"object\":{this is not json",
+                DecodeOptions::default()
+            )
+            .is_err()
+        );
+        assert!(
+            decode_watch_line::<ConfigMap>(
+                br#"{"type":"SOMETHING","object":{}}"#,
+                DecodeOptions::default()
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn pages_keep_metadata_and_items() {
+        let json = format!(
+            r#"{{"kind":"PodList","apiVersion":"v1","metadata":{{"resourceVersion":"42","continue":"c1",
+            "remainingItemCount":3}},"items":[{POD},{POD}]}}"#
+        );
+        let page: Page<Pod> = decode_page(json.as_bytes(), DecodeOptions::default()).unwrap();
+        assert_eq!(page.items.len(), 2);
+        assert_eq!(page.resource_version.as_deref(), Some("42"));
+        assert_eq!(page.continue_token.as_deref(), Some("c1"));
+        assert_eq!(page.remaining_item_count, Some(3));
+        let empty: Page<Pod> = decode_page(
+            br#"{"metadata":{"resourceVersion":"1"},"items":null}"#,
+            DecodeOptions::default(),
+        )
+        .unwrap();
+        assert!(empty.items.is_empty());
     }
 }

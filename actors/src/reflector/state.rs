@@ -238,7 +238,8 @@ impl ReflectorState {
         jitter: f64,
     ) -> Next {
         match failure {
-            Failure::Expired | Failure::TooLargeResourceVersion => {
+            // Retry at once with ""; if "" itself failed, back off.
+            Failure::Expired | Failure::TooLargeResourceVersion if !self.rv_unavailable => {
                 self.rv_unavailable = true;
                 Next::List
             }
@@ -263,6 +264,16 @@ impl ReflectorState {
             resource_version: self.last_sync_rv.clone(),
             timeout_secs: secs as u32,
         }
+    }
+
+    /// The request that starts a streaming list: from `""` when the last
+    /// RV is unavailable (or none yet), otherwise not older than the last RV.
+    pub fn streaming_request(&mut self, now: Instant, jitter: f64) -> WatchRequest {
+        let mut req = self.watch_request(now, jitter);
+        if self.rv_unavailable {
+            req.resource_version.clear();
+        }
+        req
     }
 
     /// Opening a watch failed.
@@ -318,9 +329,10 @@ impl ReflectorState {
     fn delay(&mut self, failure: &Failure, now: Instant, jitter: f64) -> Duration {
         let d = self.backoff.next_delay(now, jitter);
         match failure {
+            // Honour the server's Retry-After, but never beyond the backoff cap.
             Failure::TooManyRequests {
                 retry_after: Some(r),
-            } => d.max(*r),
+            } => d.max((*r).min(self.backoff.cap())),
             _ => d,
         }
     }
@@ -379,6 +391,47 @@ mod tests {
                 ListVersion::NotOlderThan("20".into())
             );
         }
+    }
+
+    #[test]
+    fn r_12_a_failing_most_recent_list_backs_off_instead_of_looping() {
+        let t = Instant::now();
+        let mut s = state();
+        s.list_succeeded("10", false);
+        assert_eq!(s.list_failed(&Failure::Expired, false, t, 0.0), Next::List);
+        assert!(matches!(
+            s.list_failed(&Failure::TooLargeResourceVersion, false, t, 0.0),
+            Next::ListAfter(_)
+        ));
+        assert_eq!(s.list_request().version, ListVersion::MostRecent);
+    }
+
+    #[test]
+    fn r_24_streaming_list_starts_from_empty_rv_when_unavailable() {
+        let t = Instant::now();
+        let mut s = ReflectorState::new(ReflectorOptions {
+            streaming_lists: true,
+            ..Default::default()
+        });
+        assert_eq!(s.streaming_request(t, 0.0).resource_version, "");
+        s.list_succeeded("10", false);
+        assert_eq!(s.streaming_request(t, 0.0).resource_version, "10");
+        assert_eq!(s.list_failed(&Failure::Expired, true, t, 0.0), Next::List);
+        assert_eq!(s.streaming_request(t, 0.0).resource_version, "");
+    }
+
+    #[test]
+    fn retry_after_is_capped_by_the_backoff_cap() {
+        let t = Instant::now();
+        let mut s = state();
+        s.list_succeeded("1", false);
+        let huge = Failure::TooManyRequests {
+            retry_after: Some(Duration::from_secs(86_400)),
+        };
+        assert_eq!(
+            s.watch_open_failed(&huge, t, 0.0),
+            Next::WatchAfter(Duration::from_secs(30))
+        );
     }
 
     #[test]

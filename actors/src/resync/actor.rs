@@ -63,7 +63,20 @@ impl ResyncTimer {
             let due = act.schedule.due(now());
             if !due.is_empty() {
                 tracing::debug!(?due, "resync due");
-                act.indexer.do_send(ResyncDue(due));
+                // The answer names subscribers that are gone: forget them.
+                act.indexer
+                    .send(ResyncDue(due))
+                    .into_actor(act)
+                    .map(|gone, act, ctx| {
+                        let gone = gone.unwrap_or_default();
+                        if !gone.is_empty() {
+                            for id in &gone {
+                                act.schedule.remove(id);
+                            }
+                            act.reschedule(ctx);
+                        }
+                    })
+                    .spawn(ctx);
             }
             act.reschedule(ctx);
         }));
