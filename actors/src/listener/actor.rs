@@ -4,7 +4,8 @@
 //! Flow control: the Indexer sends [`Deliver`] and waits for its answer. A
 //! `Coalesce` listener answers at once (its queue merges per key); a `Block`
 //! listener whose queue is full parks the rest and answers only when its
-//! subscriber has caught up — that is the back-pressure path. Delivery to the
+//! subscriber has caught up — that is the back-pressure path, and it holds
+//! the whole informer (every subscriber, the cache, replays) until then. Delivery to the
 //! subscriber is one `send` at a time, spawned (never `ctx.wait`), so the
 //! listener's own mailbox keeps draining while the subscriber is busy.
 //! Handler calls run in the subscriber's actor, never in the engine's.
