@@ -12,7 +12,7 @@ use std::fmt::Debug;
 use std::pin::Pin;
 use std::time::Duration;
 
-use futures::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt};
+use futures::io::{AsyncBufRead, AsyncBufReadExt};
 use futures::{Stream, StreamExt};
 use kube::api::{ListParams, VersionMatch, WatchParams};
 use kube::core::Request;
@@ -96,8 +96,13 @@ where
         DecodeOptions::default()
     }
 
-    /// One list request, decoded from the response bytes.
-    async fn list_page(&self, lp: &ListParams) -> Result<decode::Page<K>, kube::Error> {
+    /// One list request, decoded from the response bytes (read into `body`,
+    /// a buffer reused from page to page).
+    async fn list_page(
+        &self,
+        lp: &ListParams,
+        body: &mut Vec<u8>,
+    ) -> Result<decode::Page<K>, kube::Error> {
         let request = Request::new(self.api.resource_url());
         let mut req = if K::metadata_api() {
             request.list_metadata(lp)
@@ -106,12 +111,19 @@ where
         }
         .map_err(kube::Error::BuildRequest)?;
         req.extensions_mut().insert("list");
-        let mut body = self.api.clone().into_client().request_stream(req).await?;
-        let mut bytes = Vec::new();
-        body.read_to_end(&mut bytes)
-            .await
-            .map_err(kube::Error::ReadEvents)?;
-        decode::decode_page(&bytes, self.decode_options()).map_err(kube::Error::SerdeError)
+        let mut response = self.api.clone().into_client().request_stream(req).await?;
+        body.clear();
+        // Chunk by chunk (`read_to_end` would zero the buffer's spare capacity on every read).
+        loop {
+            let chunk = response.fill_buf().await.map_err(kube::Error::ReadEvents)?;
+            if chunk.is_empty() {
+                break;
+            }
+            let n = chunk.len();
+            body.extend_from_slice(chunk);
+            response.consume_unpin(n);
+        }
+        decode::decode_page(body, self.decode_options()).map_err(kube::Error::SerdeError)
     }
 
     /// A paginated list, calling `progress(items_so_far, total_hint)` after each page.
@@ -119,16 +131,30 @@ where
     pub async fn list(
         &self,
         req: &ListRequest,
-        mut progress: impl FnMut(u64, Option<u64>),
+        progress: impl FnMut(u64, Option<u64>),
     ) -> Result<Listed<K>, Failure> {
+        self.list_with(req, progress, |object| object).await
+    }
+
+    /// [`ListWatch::list`], applying `map` to each object as soon as its page
+    /// is decoded: with `map` sharing (`Arc::new`) and transforming objects,
+    /// a list never holds the decoded objects and their shared form at once,
+    /// and a transform that drops fields frees them page by page.
+    pub async fn list_with<T>(
+        &self,
+        req: &ListRequest,
+        mut progress: impl FnMut(u64, Option<u64>),
+        mut map: impl FnMut(K) -> T,
+    ) -> Result<Listed<T>, Failure> {
         let first = self.list_params(req);
         let mut lp = first.clone();
+        let mut body = Vec::with_capacity(1 << 20);
         let mut items = Vec::new();
         let mut resource_version = None;
         let mut pages = 0u32;
         let mut total_hint = None;
         loop {
-            let page = match self.list_page(&lp).await {
+            let page = match self.list_page(&lp, &mut body).await {
                 Ok(page) => page,
                 Err(err) => {
                     let failure = classify(&err);
@@ -141,10 +167,13 @@ where
                             continue_token: None,
                             ..first.clone()
                         };
-                        let list = self.list_page(&full).await.map_err(|e| classify(&e))?;
+                        let list = self
+                            .list_page(&full, &mut body)
+                            .await
+                            .map_err(|e| classify(&e))?;
                         progress(list.items.len() as u64, None);
                         return Ok(Listed {
-                            items: list.items,
+                            items: list.items.into_iter().map(map).collect(),
                             resource_version: list.resource_version.unwrap_or_default(),
                             paginated: true,
                             total_hint: None,
@@ -165,7 +194,7 @@ where
                 }
             }
             let next = page.continue_token.clone().filter(|c| !c.is_empty());
-            items.extend(page.items);
+            items.extend(page.items.into_iter().map(&mut map));
             progress(items.len() as u64, total_hint);
             match next {
                 Some(token) => {
@@ -452,12 +481,18 @@ pub mod decode {
         Error(Box<kube::core::Status>),
     }
 
+    /// Checks UTF-8 once for the whole input: much cheaper than the check per
+    /// string that decoding from bytes does.
+    fn utf8(bytes: &[u8]) -> Result<&str, serde_json::Error> {
+        std::str::from_utf8(bytes).map_err(|e| de::Error::custom(format!("invalid UTF-8: {e}")))
+    }
+
     /// Decodes one object.
     pub fn decode_object<K: DeserializeOwned>(
         json: &[u8],
         options: DecodeOptions,
     ) -> Result<K, serde_json::Error> {
-        let mut de = serde_json::Deserializer::from_slice(json);
+        let mut de = serde_json::Deserializer::from_str(utf8(json)?);
         let value = ObjectSeed::<K>::new(options).deserialize(&mut de)?;
         de.end()?;
         Ok(value)
@@ -468,7 +503,7 @@ pub mod decode {
         json: &[u8],
         options: DecodeOptions,
     ) -> Result<Page<K>, serde_json::Error> {
-        let mut de = serde_json::Deserializer::from_slice(json);
+        let mut de = serde_json::Deserializer::from_str(utf8(json)?);
         let page = de.deserialize_map(PageVisitor::<K> {
             options,
             _k: PhantomData,
@@ -482,7 +517,7 @@ pub mod decode {
         line: &[u8],
         options: DecodeOptions,
     ) -> Result<WatchLine<K>, serde_json::Error> {
-        let mut de = serde_json::Deserializer::from_slice(line);
+        let mut de = serde_json::Deserializer::from_str(utf8(line)?);
         let event = de.deserialize_map(EnvelopeVisitor::<K> {
             options,
             _k: PhantomData,

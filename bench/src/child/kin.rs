@@ -1,0 +1,174 @@
+//! The informer under test, kinformer flavour: an `Informer` with one actix
+//! actor per subscriber recording what it receives.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use kinformer::{Cause, Event, Informer, OverflowPolicy, SubscribeOptions, Subscription};
+use kinformer_actors::Object;
+use kube::Api;
+
+use super::Under;
+use crate::objects::{seed_index, written_at};
+use crate::probe::Probe;
+use crate::proto::{ChildSpec, Policy, Stall, Strip, SubSpec};
+
+/// A subscriber actor that records into its [`Probe`] and may stall once.
+struct Recorder {
+    probe: Arc<Probe>,
+    stall: Option<Stall>,
+    stalled: bool,
+}
+
+impl Actor for Recorder {
+    type Context = Context<Self>;
+}
+
+impl<K: Object> Handler<Event<K>> for Recorder {
+    type Result = ();
+
+    fn handle(&mut self, event: Event<K>, ctx: &mut Context<Self>) {
+        let p = &self.probe;
+        match &event {
+            Event::Added {
+                cause: Cause::Initial,
+                ..
+            } => {
+                p.initial.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            Event::Added {
+                object,
+                cause: Cause::Watch,
+                ..
+            }
+            | Event::Updated {
+                new: object,
+                cause: Cause::Watch,
+                ..
+            } => match written_at(object.meta().annotations.as_ref()) {
+                Some(ts) => p.stamped(ts),
+                None => p.count(&p.other),
+            },
+            Event::Updated {
+                key,
+                cause: Cause::Resync,
+                ..
+            }
+            | Event::Added {
+                key,
+                cause: Cause::Resync,
+                ..
+            } => p.resync(seed_index(key.name())),
+            Event::Added { .. } | Event::Updated { .. } => p.count(&p.relisted),
+            Event::Deleted { object, .. } => {
+                p.count(&p.deleted);
+                if object.is_final_state_unknown() {
+                    p.count(&p.tombstones);
+                }
+            }
+        }
+        if let (Some(stall), false, Some(began)) = (self.stall, self.stalled, p.began())
+            && began.elapsed() >= Duration::from_millis(stall.after_ms)
+        {
+            self.stalled = true;
+            tracing::info!(?stall, "subscriber stalls");
+            ctx.wait(tokio::time::sleep(Duration::from_millis(stall.for_ms)).into_actor(self));
+        }
+    }
+}
+
+/// A running kinformer informer with its subscribers.
+pub struct KinUnder<K: Object> {
+    informer: Informer<K>,
+    subs: Vec<Subscription<K>>,
+    probes: Vec<Arc<Probe>>,
+}
+
+/// Builds and starts the informer and subscribes the recorders.
+pub async fn start<K: Object>(api: Api<K>, spec: &ChildSpec) -> anyhow::Result<KinUnder<K>> {
+    let mut builder = Informer::builder(api)
+        .page_size(spec.page_size)
+        .streaming_lists(spec.variant.streaming);
+    if spec.variant.strip == Strip::AfterDecode {
+        builder = builder.transform(|mut o: K| {
+            o.meta_mut().managed_fields = None;
+            o
+        });
+    }
+    let informer = builder.start()?;
+    let mut subs = Vec::new();
+    let mut probes = Vec::new();
+    for s in &spec.subscribers {
+        let probe = Arc::new(Probe::new(resync_tracking(spec, s)));
+        let actor = Recorder {
+            probe: probe.clone(),
+            stall: s.stall,
+            stalled: false,
+        }
+        .start();
+        let options = SubscribeOptions::default()
+            .resync(Duration::from_secs(s.resync_secs))
+            .policy(match s.policy {
+                Policy::Block => OverflowPolicy::Block,
+                Policy::Coalesce => OverflowPolicy::Coalesce,
+            })
+            .capacity(spec.capacity);
+        subs.push(informer.subscribe(actor.recipient(), options).await?);
+        probes.push(probe);
+    }
+    Ok(KinUnder {
+        informer,
+        subs,
+        probes,
+    })
+}
+
+/// Per-object resync tracking for subscribers with a period.
+pub fn resync_tracking(spec: &ChildSpec, sub: &SubSpec) -> Option<(usize, u64)> {
+    (sub.resync_secs > 0).then_some((spec.objects, sub.resync_secs * 1000))
+}
+
+impl<K: Object> Under for KinUnder<K> {
+    async fn informer_synced(&self, timeout: Duration) -> anyhow::Result<()> {
+        Ok(self.informer.wait_for_sync(timeout).await?)
+    }
+
+    async fn subscribers_synced(&self, timeout: Duration) -> anyhow::Result<()> {
+        for s in &self.subs {
+            s.wait_for_sync(timeout).await?;
+        }
+        Ok(())
+    }
+
+    fn objects(&self) -> usize {
+        self.informer.stats().objects
+    }
+
+    fn watch_events(&self) -> u64 {
+        self.informer.stats().events
+    }
+
+    fn lists(&self) -> u64 {
+        self.informer.stats().relists + 1
+    }
+
+    fn list_progress(&self) -> u64 {
+        self.informer.stats().list_progress.0
+    }
+
+    fn pending(&self) -> Vec<usize> {
+        self.subs
+            .iter()
+            .map(|s| s.stats().pending.load(std::sync::atomic::Ordering::Relaxed))
+            .collect()
+    }
+
+    fn queued(&self) -> usize {
+        self.informer.stats().queued_deltas
+    }
+
+    fn probes(&self) -> &[Arc<Probe>] {
+        &self.probes
+    }
+}

@@ -1,0 +1,153 @@
+//! What a process costs: live heap (counting allocator), RSS from /proc, and
+//! CPU time from /proc/self/stat.
+//!
+//! The live heap comes from the [`cap`] allocator installed as the global
+//! allocator. It counts allocated bytes with one atomic per
+//! allocation and keeps no peak that could be reset, so [`PeakSampler`] polls
+//! it every millisecond from a thread of its own and keeps the maximum since
+//! its last reset (long-lived peaks such as a whole list in memory are seen;
+//! sub-millisecond spikes may not be).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use cap::Cap;
+
+/// The counting global allocator of the benchmark binary.
+#[global_allocator]
+pub static ALLOC: Cap<std::alloc::System> = Cap::new(std::alloc::System, usize::MAX);
+
+/// Bytes currently allocated on the heap by this process.
+pub fn heap_now() -> usize {
+    ALLOC.allocated()
+}
+
+/// Tracks the largest live heap seen since the last [`PeakSampler::reset`].
+#[derive(Clone)]
+pub struct PeakSampler {
+    peak: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+}
+
+impl PeakSampler {
+    /// Starts the sampling thread (1 ms period).
+    pub fn start() -> Self {
+        let peak = Arc::new(AtomicUsize::new(heap_now()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (p, s) = (peak.clone(), stop.clone());
+        std::thread::Builder::new()
+            .name("heap-sampler".into())
+            .spawn(move || {
+                while !s.load(Ordering::Relaxed) {
+                    p.fetch_max(heap_now(), Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            })
+            .map(drop)
+            .unwrap_or_else(|e| tracing::warn!(%e, "no heap sampler thread"));
+        PeakSampler { peak, stop }
+    }
+
+    /// Forgets the peak so far: the next [`PeakSampler::peak`] covers only what follows.
+    pub fn reset(&self) {
+        self.peak.store(heap_now(), Ordering::Relaxed);
+    }
+
+    /// The largest live heap since the last reset (or start).
+    pub fn peak(&self) -> usize {
+        self.peak
+            .fetch_max(heap_now(), Ordering::Relaxed)
+            .max(heap_now())
+    }
+}
+
+impl Drop for PeakSampler {
+    fn drop(&mut self) {
+        if Arc::strong_count(&self.stop) == 1 {
+            self.stop.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Resident set size now and its high-water mark, in bytes (VmRSS, VmHWM).
+#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
+pub struct Rss {
+    /// VmRSS.
+    pub rss: u64,
+    /// VmHWM (peak since start or since [`reset_rss_peak`]).
+    pub hwm: u64,
+}
+
+/// Reads VmRSS and VmHWM from /proc/self/status (zeros where unavailable).
+pub fn rss() -> Rss {
+    let text = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|kb| kb.parse::<u64>().ok())
+            .map_or(0, |kb| kb * 1024)
+    };
+    Rss {
+        rss: field("VmRSS:"),
+        hwm: field("VmHWM:"),
+    }
+}
+
+/// Resets VmHWM to the current RSS (writes "5" to /proc/self/clear_refs).
+pub fn reset_rss_peak() {
+    if let Err(e) = std::fs::write("/proc/self/clear_refs", "5") {
+        tracing::debug!(%e, "cannot reset VmHWM");
+    }
+}
+
+/// User plus system CPU time of this process so far (from /proc/self/stat).
+pub fn cpu_time() -> Duration {
+    let text = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The command name (field 2) may contain spaces; fields after its ')' are fixed.
+    let after = text.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // After ')': state is field 3, so utime (14) and stime (15) are at 11 and 12.
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let total = ticks(11) + ticks(12);
+    Duration::from_secs_f64(total as f64 / clock_ticks_per_second())
+}
+
+/// `sysconf(_SC_CLK_TCK)`; 100 on every Linux configuration this runs on.
+fn clock_ticks_per_second() -> f64 {
+    100.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_readings_are_plausible() {
+        let r = rss();
+        assert!(r.rss > 0 && r.hwm >= r.rss, "{r:?}");
+        let before = cpu_time();
+        let mut x = 0u64;
+        let start = std::time::Instant::now();
+        while start.elapsed() < Duration::from_millis(50) {
+            x = x.wrapping_add(std::hint::black_box(1));
+        }
+        assert!(x > 0);
+        assert!(cpu_time() >= before);
+    }
+
+    #[test]
+    fn heap_counter_sees_an_allocation() {
+        let before = heap_now();
+        let v = vec![1u8; 64 << 20];
+        // Other test threads may free memory meanwhile: a loose bound.
+        assert!(heap_now() + (32 << 20) >= before + (64 << 20));
+        drop(std::hint::black_box(v));
+    }
+}

@@ -1,0 +1,294 @@
+//! Workload 2: steady churn at a fixed rate, and the maximum sustainable rate,
+//! with 1, 10 and 100 subscribers.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use kinformer_apiserver::ServerHandle;
+use serde_json::{Value, json};
+
+use super::child::ChildProc;
+use super::writer::Writer;
+use super::{CHILD_TIMEOUT, Scale, alternate, seed_churn, server, spec};
+use crate::proto::{Command, Job, Kind, SubSpec, Variant};
+use crate::report::{Bar, Section, Table, fmt_summary, ratio};
+use crate::stats::Summary;
+
+const NS: &str = "churn";
+
+/// A measurement at a steady write rate.
+pub struct Paced {
+    /// The informer.
+    pub variant: Variant,
+    /// Its subscribers.
+    pub subscribers: Vec<SubSpec>,
+    /// Objects in the watched namespace.
+    pub objects: usize,
+    /// Writes per second.
+    pub rate: f64,
+    /// How long the writer writes.
+    pub duration: Duration,
+    /// How long the child may take to deliver everything afterwards.
+    pub drain_timeout: Duration,
+}
+
+/// One paced run: returns the child's report.
+pub fn paced_run(
+    server: &ServerHandle,
+    namespace: &str,
+    writer: &mut Writer,
+    run: Paced,
+) -> anyhow::Result<Value> {
+    let Paced {
+        variant,
+        subscribers,
+        objects,
+        rate,
+        duration,
+        drain_timeout,
+    } = run;
+    let s = spec(
+        Job::Deliver,
+        variant,
+        Kind::ConfigMap,
+        &server.url(),
+        namespace,
+        objects,
+        subscribers,
+    );
+    let mut child = ChildProc::spawn(&s)?;
+    child.expect("ready", CHILD_TIMEOUT)?;
+    child.send(&Command::Begin)?;
+    child.expect("begun", Duration::from_secs(30))?;
+    let written = writer.paced(rate, duration);
+    child.send(&Command::End {
+        stamped: written,
+        timeout_ms: drain_timeout.as_millis() as u64,
+    })?;
+    let mut report = child.expect("report", drain_timeout + Duration::from_secs(60))?;
+    child.finish(Duration::from_secs(30))?;
+    report["written"] = json!(written);
+    report["rate"] = json!(rate);
+    Ok(report)
+}
+
+/// One drain run: the watch stalls while `count` updates are written, then
+/// resumes; the child measures first-to-last delivery.
+fn drain_run(
+    server: &ServerHandle,
+    writer: &mut Writer,
+    variant: Variant,
+    subscribers: usize,
+    objects: usize,
+    count: u64,
+) -> anyhow::Result<Value> {
+    let subs = vec![SubSpec::default(); subscribers];
+    let s = spec(
+        Job::Deliver,
+        variant,
+        Kind::ConfigMap,
+        &server.url(),
+        NS,
+        objects,
+        subs,
+    );
+    let mut child = ChildProc::spawn(&s)?;
+    child.expect("ready", CHILD_TIMEOUT)?;
+    child.send(&Command::Begin)?;
+    child.expect("begun", Duration::from_secs(30))?;
+    server.faults().stall_watches(true);
+    let written = writer.burst(count);
+    server.faults().stall_watches(false);
+    child.send(&Command::End {
+        stamped: written,
+        timeout_ms: 600_000,
+    })?;
+    let mut report = child.expect("report", Duration::from_secs(700))?;
+    child.finish(Duration::from_secs(30))?;
+    let secs = report["first_to_last_ms"].as_f64().unwrap_or(0.0) / 1000.0;
+    report["drain_events_per_s"] = json!(if secs > 0.0 {
+        written as f64 / secs
+    } else {
+        0.0
+    });
+    Ok(report)
+}
+
+fn f(v: &Value, k: &str) -> f64 {
+    v[k].as_f64().unwrap_or(f64::NAN)
+}
+
+/// Runs the workload.
+pub fn run(scale: &Scale) -> anyhow::Result<Section> {
+    let server = server()?;
+    let templates = seed_churn(&server, NS, scale.churn_objects)?;
+    let mut writer = Writer::new(server.clone(), NS, templates);
+    let variants = [Variant::KINFORMER, Variant::KUBE_RUNTIME];
+    let mut paced: BTreeMap<(usize, String), Vec<Value>> = BTreeMap::new();
+    let mut drain: BTreeMap<(usize, String), Vec<Value>> = BTreeMap::new();
+    for &subs in &scale.churn_subscribers {
+        for rep in 0..scale.reps {
+            for v in alternate(&variants, rep) {
+                let r = paced_run(
+                    &server,
+                    NS,
+                    &mut writer,
+                    Paced {
+                        variant: v,
+                        subscribers: vec![SubSpec::default(); subs],
+                        objects: scale.churn_objects,
+                        rate: scale.rate,
+                        duration: Duration::from_secs_f64(scale.churn_secs),
+                        drain_timeout: Duration::from_secs(120),
+                    },
+                )?;
+                tracing::info!(subs, variant = %v.label(), p99 = %r["latency_all"]["p99_us"], "paced");
+                paced.entry((subs, v.label())).or_default().push(r);
+                let r = drain_run(
+                    &server,
+                    &mut writer,
+                    v,
+                    subs,
+                    scale.churn_objects,
+                    scale.drain_events,
+                )?;
+                tracing::info!(subs, variant = %v.label(), rate = %r["drain_events_per_s"], "drain");
+                drain.entry((subs, v.label())).or_default().push(r);
+            }
+        }
+    }
+    let mut table = Table::new(
+        &format!(
+            "At {:.0} events/s for {:.0} s ({} ConfigMaps updated round-robin; latency over all subscribers):",
+            scale.rate, scale.churn_secs, scale.churn_objects
+        ),
+        &[
+            "Subscribers",
+            "Informer",
+            "p50 latency (µs)",
+            "p99 latency (µs)",
+            "p99.9 (µs)",
+            "CPU per event (µs)",
+            "CPU per delivery (µs)",
+            "Complete",
+        ],
+    );
+    let mut max_table = Table::new(
+        &format!(
+            "Maximum sustainable rate: {} updates written while the watch is stalled, then drained; rate = updates / (last delivery − first delivery) with every subscriber receiving every update:",
+            scale.drain_events
+        ),
+        &[
+            "Subscribers",
+            "Informer",
+            "Events/s",
+            "Deliveries/s",
+            "CPU per event (µs)",
+            "kinformer / kube-runtime",
+        ],
+    );
+    let (mut rate_ok, mut rate_d) = (true, Vec::new());
+    let mut p99_10 = None;
+    for &subs in &scale.churn_subscribers {
+        let mut medians = Vec::new();
+        for v in variants {
+            let key = (subs, v.label());
+            let rs = paced.get(&key).cloned().unwrap_or_default();
+            let p = |k: &str| {
+                Summary::of(
+                    rs.iter()
+                        .map(|r| r["latency_all"][k].as_f64().unwrap_or(f64::NAN)),
+                )
+            };
+            let p99 = p("p99_us");
+            if subs == 10 && v == Variant::KINFORMER {
+                p99_10 = Some(p99.median);
+            }
+            table.row(vec![
+                subs.to_string(),
+                v.label(),
+                fmt_summary(&p("p50_us"), 0),
+                fmt_summary(&p99, 0),
+                fmt_summary(&p("p999_us"), 0),
+                fmt_summary(&Summary::of(rs.iter().map(|r| f(r, "cpu_us_per_event"))), 1),
+                fmt_summary(
+                    &Summary::of(rs.iter().map(|r| f(r, "cpu_us_per_delivery"))),
+                    2,
+                ),
+                rs.iter().all(|r| r["complete"] == true).to_string(),
+            ]);
+            let ds = drain.get(&key).cloned().unwrap_or_default();
+            let rate = Summary::of(ds.iter().map(|r| f(r, "drain_events_per_s")));
+            medians.push(rate.median);
+            max_table.row(vec![
+                subs.to_string(),
+                v.label(),
+                fmt_summary(&rate, 0),
+                format!("{:.0}", rate.median * subs as f64),
+                fmt_summary(&Summary::of(ds.iter().map(|r| f(r, "cpu_us_per_event"))), 1),
+                if v == Variant::KINFORMER {
+                    String::new()
+                } else {
+                    ratio(medians[0], rate.median)
+                },
+            ]);
+        }
+        if let [k, r] = medians[..] {
+            rate_ok &= k >= 2.0 * r;
+            rate_d.push(format!("{subs} subscribers: {}", ratio(k, r)));
+        }
+    }
+    let p99_bar = match p99_10 {
+        Some(p) => Bar {
+            bar: format!(
+                "p99 write-to-delivery < 1 ms at {:.0} events/s with 10 subscribers",
+                scale.rate
+            ),
+            met: Some(p < 1000.0),
+            detail: format!("kinformer p99 = {p:.0} µs"),
+        },
+        None => Bar {
+            bar: "p99 write-to-delivery < 1 ms at 1k events/s with 10 subscribers".into(),
+            met: None,
+            detail: "not run at this scale".into(),
+        },
+    };
+    Ok(Section {
+        workload: "churn".into(),
+        title: "Workload 2: steady churn and maximum sustainable rate".into(),
+        method: vec![
+            "The parent updates ConfigMaps in-process on the embedded server, each update carrying its wall-clock write time in an \
+             annotation; every subscriber computes write-to-delivery latency when it handles the update (same machine, same clock). \
+             kinformer: `Informer` with N actix subscriber actors (`Block`, capacity 1024) on one actix system. kube-runtime: \
+             `reflector::store_shared(1024)` + N `subscribe()` handles, each polled by its own task on a 2-worker tokio runtime; \
+             the reflector stream is driven by a task. CPU per event: the child's utime+stime (from /proc/self/stat) over the \
+             measurement divided by the updates written (per delivery: divided by updates × subscribers). The API server and writer \
+             run in the parent and share the 2 cores with the child."
+                .into(),
+        ],
+        tables: vec![table, max_table],
+        bars: vec![
+            Bar {
+                bar: "maximum sustainable rate ≥ 2× kube-runtime's shared store, same subscribers".into(),
+                met: Some(rate_ok),
+                detail: rate_d.join("; "),
+            },
+            p99_bar,
+        ],
+        raw: paced
+            .into_iter()
+            .map(|((s, v), r)| json!({"subscribers": s, "variant": v, "paced": r}))
+            .chain(drain.into_iter().map(|((s, v), r)| json!({"subscribers": s, "variant": v, "drain": strip_samples(r)})))
+            .collect(),
+    })
+}
+
+/// Drops the time series from reports kept as raw data.
+pub fn strip_samples(mut reports: Vec<Value>) -> Vec<Value> {
+    for r in &mut reports {
+        if let Some(o) = r.as_object_mut() {
+            o.remove("samples");
+        }
+    }
+    reports
+}

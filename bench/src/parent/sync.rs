@@ -1,0 +1,288 @@
+//! Workload 1: initial sync of N objects, and decode-only throughput of the same pages.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::child::run_once;
+use super::{CHILD_TIMEOUT, Scale, alternate, seed, server, spec};
+use crate::proto::{Job, Kind, Strip, SubSpec, Variant};
+use crate::report::{Bar, Section, Table, fmt_summary, mib, ratio};
+use crate::stats::Summary;
+
+fn variants(kind: Kind) -> Vec<Variant> {
+    let mut v = vec![
+        Variant::KINFORMER,
+        Variant::KUBE_RUNTIME,
+        Variant::KINFORMER.streaming(),
+        Variant::KUBE_RUNTIME.streaming(),
+    ];
+    if kind == Kind::Pod {
+        v.push(Variant::KINFORMER.strip(Strip::AfterDecode));
+        v.push(Variant::KUBE_RUNTIME.strip(Strip::AfterDecode));
+    }
+    v
+}
+
+fn num(v: &Value, path: &[&str]) -> f64 {
+    let mut cur = v;
+    for p in path {
+        cur = &cur[*p];
+    }
+    cur.as_f64().unwrap_or(f64::NAN)
+}
+
+/// Runs the workload.
+pub fn run(scale: &Scale) -> anyhow::Result<Section> {
+    let server = server()?;
+    let url = server.url();
+    let mut section = Section {
+        workload: "sync".into(),
+        title: "Workload 1: initial sync".into(),
+        method: vec![
+            "Each informer runs alone in a child process against the embedded API server (in the parent) over loopback HTTP; \
+             lists are paginated (page size 500) unless marked streaming. kinformer has one subscriber (it receives every \
+             initial add); kube-runtime is `watcher()` + `reflector()` with its stream drained. Time to synced: kinformer's \
+             `wait_for_sync`, kube-runtime's `Store::wait_until_ready`. Peak heap: live heap (counting allocator) sampled every \
+             1 ms from start to synced, minus the baseline before the informer started. Steady bytes per object: live heap 0.5 s \
+             after sync, minus the baseline, divided by the objects. Peak RSS: VmHWM (reset at start). Decode-only: the same \
+             pages fetched as text, then only decoded with `serde_json::from_str::<ObjectList<K>>` (kube-client's path), best of \
+             two passes, in a child of its own; sync / decode-only compares the informer's objects per second with it."
+                .into(),
+            "Cells are medians with [min–max] over the repetitions; the order of the informers alternates between repetitions."
+                .into(),
+        ],
+        ..Section::default()
+    };
+    let mut results: BTreeMap<(usize, String, String), Vec<Value>> = BTreeMap::new();
+    let mut decode: BTreeMap<(usize, String), Vec<Value>> = BTreeMap::new();
+    for &n in &scale.sync_sizes {
+        for kind in [Kind::ConfigMap, Kind::Pod] {
+            let ns = format!("{}-{n}", kind.plural());
+            seed(&server, kind, &ns, n)?;
+            let vs = variants(kind);
+            for rep in 0..scale.reps {
+                for v in alternate(&vs, rep).into_iter().filter(|v| scale.runs(v)) {
+                    let subs = if v.lib == crate::proto::Lib::Kinformer {
+                        vec![SubSpec::default()]
+                    } else {
+                        Vec::new()
+                    };
+                    let s = spec(Job::Sync, v, kind, &url, &ns, n, subs);
+                    let report = run_once(&s, CHILD_TIMEOUT)?;
+                    tracing::info!(n, ?kind, variant = %v.label(), sync_ms = %report["sync_ms"], "synced");
+                    results
+                        .entry((n, format!("{kind:?}"), v.label()))
+                        .or_default()
+                        .push(report);
+                }
+                let s = spec(
+                    Job::Decode,
+                    Variant::KUBE_RUNTIME,
+                    kind,
+                    &url,
+                    &ns,
+                    n,
+                    Vec::new(),
+                );
+                let report = run_once(&s, CHILD_TIMEOUT)?;
+                decode
+                    .entry((n, format!("{kind:?}")))
+                    .or_default()
+                    .push(report);
+            }
+        }
+    }
+    let summary = |key: &(usize, String, String), path: &[&str]| {
+        Summary::of(results.get(key).into_iter().flatten().map(|r| num(r, path)))
+    };
+    let mut table = Table::new(
+        "",
+        &[
+            "Objects",
+            "Kind",
+            "Informer",
+            "Time to synced (ms)",
+            "Sync objects/s",
+            "Sync / decode-only",
+            "Peak heap (MiB)",
+            "Steady bytes/object",
+            "Peak RSS (MiB)",
+            "CPU to synced (ms)",
+        ],
+    );
+    let mut ratios = Table::new(
+        "Ratios kinformer / kube-runtime (medians; bars: time ≤ 0.7×, peak heap ≤ 0.8×, steady bytes/object ≤ 0.8×):",
+        &[
+            "Objects",
+            "Kind",
+            "kinformer vs",
+            "Time to synced",
+            "Peak heap",
+            "Steady bytes/object",
+        ],
+    );
+    let mut decode_table = Table::new(
+        "Decode-only throughput of the same pages:",
+        &[
+            "Objects",
+            "Kind",
+            "Bytes",
+            "Decode-only objects/s",
+            "MB/s",
+            "Fetch-only objects/s (server + HTTP, no decode)",
+        ],
+    );
+    let (mut time_ok, mut peak_ok, mut steady_ok, mut tput_ok) = (true, true, true, true);
+    let (mut time_d, mut peak_d, mut steady_d, mut tput_d) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for &n in &scale.sync_sizes {
+        for kind in [Kind::ConfigMap, Kind::Pod] {
+            let k = format!("{kind:?}");
+            let dec = decode.get(&(n, k.clone())).cloned().unwrap_or_default();
+            let dec_rate = Summary::of(dec.iter().map(|r| num(r, &["objects_per_s"])));
+            decode_table.row(vec![
+                n.to_string(),
+                k.clone(),
+                dec.first()
+                    .map_or(String::new(), |r| r["bytes"].to_string()),
+                fmt_summary(&dec_rate, 0),
+                fmt_summary(&Summary::of(dec.iter().map(|r| num(r, &["mb_per_s"]))), 1),
+                fmt_summary(
+                    &Summary::of(dec.iter().map(|r| num(r, &["fetch_objects_per_s"]))),
+                    0,
+                ),
+            ]);
+            for v in variants(kind) {
+                let key = (n, k.clone(), v.label());
+                let time = summary(&key, &["sync_ms"]);
+                let tput = Summary::of(
+                    results
+                        .get(&key)
+                        .into_iter()
+                        .flatten()
+                        .map(|r| n as f64 / (num(r, &["sync_ms"]) / 1000.0)),
+                );
+                let peak = summary(&key, &["peak_heap"]);
+                let steady = summary(&key, &["steady_bytes_per_object"]);
+                let hwm = summary(&key, &["rss", "hwm"]);
+                let cpu = summary(&key, &["sync_cpu_ms"]);
+                let vs_decode = tput.median / dec_rate.median;
+                table.row(vec![
+                    n.to_string(),
+                    k.clone(),
+                    v.label(),
+                    fmt_summary(&time, 0),
+                    fmt_summary(&tput, 0),
+                    format!("{vs_decode:.2}"),
+                    fmt_summary(
+                        &Summary {
+                            median: mib(peak.median),
+                            min: mib(peak.min),
+                            max: mib(peak.max),
+                            n: peak.n,
+                        },
+                        1,
+                    ),
+                    fmt_summary(&steady, 0),
+                    format!("{:.1}", mib(hwm.median)),
+                    fmt_summary(&cpu, 0),
+                ]);
+                if v == Variant::KINFORMER {
+                    tput_ok &= vs_decode >= 0.7;
+                    tput_d.push(format!("{n} {k}: {vs_decode:.2}"));
+                }
+            }
+            let pairs = [
+                (Variant::KINFORMER, Variant::KUBE_RUNTIME, true),
+                (
+                    Variant::KINFORMER.streaming(),
+                    Variant::KUBE_RUNTIME.streaming(),
+                    true,
+                ),
+                (
+                    Variant::KINFORMER.strip(Strip::AfterDecode),
+                    Variant::KUBE_RUNTIME.strip(Strip::AfterDecode),
+                    true,
+                ),
+            ];
+            for (a, b, for_bar) in pairs {
+                let (ka, kb) = ((n, k.clone(), a.label()), (n, k.clone(), b.label()));
+                if !results.contains_key(&ka) || !results.contains_key(&kb) {
+                    continue;
+                }
+                let t = (
+                    summary(&ka, &["sync_ms"]).median,
+                    summary(&kb, &["sync_ms"]).median,
+                );
+                let p = (
+                    summary(&ka, &["peak_heap"]).median,
+                    summary(&kb, &["peak_heap"]).median,
+                );
+                let s = (
+                    summary(&ka, &["steady_bytes_per_object"]).median,
+                    summary(&kb, &["steady_bytes_per_object"]).median,
+                );
+                ratios.row(vec![
+                    n.to_string(),
+                    k.clone(),
+                    format!("{} vs {}", a.label(), b.label()),
+                    ratio(t.0, t.1),
+                    ratio(p.0, p.1),
+                    ratio(s.0, s.1),
+                ]);
+                if for_bar {
+                    time_ok &= t.0 <= 0.7 * t.1;
+                    peak_ok &= p.0 <= 0.8 * p.1;
+                    steady_ok &= s.0 <= 0.8 * s.1;
+                    let tag = format!(
+                        "{n} {k}{}{}",
+                        if a.streaming { " streaming" } else { "" },
+                        if a.strip == Strip::None {
+                            ""
+                        } else {
+                            " (drop managedFields)"
+                        }
+                    );
+                    time_d.push(format!("{tag}: {}", ratio(t.0, t.1)));
+                    peak_d.push(format!("{tag}: {}", ratio(p.0, p.1)));
+                    steady_d.push(format!("{tag}: {}", ratio(s.0, s.1)));
+                }
+            }
+        }
+    }
+    section.tables = vec![table, ratios, decode_table];
+    section.bars = vec![
+        Bar {
+            bar: "time to synced ≤ 0.7× kube-runtime".into(),
+            met: Some(time_ok),
+            detail: time_d.join("; "),
+        },
+        Bar {
+            bar: "peak heap ≤ 0.8× kube-runtime".into(),
+            met: Some(peak_ok),
+            detail: peak_d.join("; "),
+        },
+        Bar {
+            bar: "steady bytes per cached object ≤ 0.8× kube-runtime".into(),
+            met: Some(steady_ok),
+            detail: steady_d.join("; "),
+        },
+        Bar {
+            bar: "sync throughput ≥ 0.7 × decode-only throughput".into(),
+            met: Some(tput_ok),
+            detail: tput_d.join("; "),
+        },
+    ];
+    section.raw = results
+        .into_iter()
+        .map(|((n, k, v), r)| serde_json::json!({"objects": n, "kind": k, "variant": v, "runs": r}))
+        .chain(
+            decode
+                .into_iter()
+                .map(|((n, k), r)| serde_json::json!({"objects": n, "kind": k, "decode": r})),
+        )
+        .collect();
+    server.shutdown();
+    Ok(section)
+}

@@ -1,0 +1,74 @@
+//! The writer: timestamped updates of the churn ConfigMaps, paced at a rate
+//! or as fast as the server takes them.
+
+use std::time::{Duration, Instant};
+
+use kinformer_apiserver::ServerHandle;
+use serde_json::Value;
+
+use crate::objects::stamp;
+
+/// Updates the churn objects round-robin, each carrying its write timestamp.
+pub struct Writer {
+    server: ServerHandle,
+    namespace: String,
+    objects: Vec<Value>,
+    next: usize,
+    counter: u64,
+    /// Failed writes (should stay 0).
+    pub errors: u64,
+}
+
+impl Writer {
+    /// A writer over `objects` (templates of existing ConfigMaps in `namespace`).
+    pub fn new(server: ServerHandle, namespace: &str, objects: Vec<Value>) -> Self {
+        Writer {
+            server,
+            namespace: namespace.into(),
+            objects,
+            next: 0,
+            counter: 0,
+            errors: 0,
+        }
+    }
+
+    fn write_one(&mut self) {
+        let n = self.objects.len().max(1);
+        let i = self.next % n;
+        self.next += 1;
+        self.counter += 1;
+        if let Some(obj) = self.objects.get_mut(i) {
+            stamp(obj, self.counter);
+            if let Err(e) = self
+                .server
+                .update("", "configmaps", Some(&self.namespace), obj.clone())
+            {
+                tracing::warn!(%e, "write failed");
+                self.errors += 1;
+            }
+        }
+    }
+
+    /// Writes at `rate` per second for `duration`; returns the writes made.
+    pub fn paced(&mut self, rate: f64, duration: Duration) -> u64 {
+        let total = (rate * duration.as_secs_f64()).round() as u64;
+        let start = Instant::now();
+        for i in 0..total {
+            let due = start + Duration::from_secs_f64(i as f64 / rate);
+            let now = Instant::now();
+            if due > now {
+                std::thread::sleep(due - now);
+            }
+            self.write_one();
+        }
+        total
+    }
+
+    /// Writes `count` updates as fast as possible.
+    pub fn burst(&mut self, count: u64) -> u64 {
+        for _ in 0..count {
+            self.write_one();
+        }
+        count
+    }
+}

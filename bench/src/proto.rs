@@ -1,0 +1,211 @@
+//! How the parent (API server and writer) and a child (one measured informer)
+//! talk: the child's job as JSON on its command line, results as JSON lines
+//! on its stdout (prefixed with [`MSG_PREFIX`]), commands as JSON lines on
+//! its stdin.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Prefix of the child's result lines on stdout.
+pub const MSG_PREFIX: &str = "@@bench ";
+
+/// Which library runs the informer, and how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Lib {
+    /// kinformer's `Informer` (paginated lists, page size 500).
+    Kinformer,
+    /// kube-runtime 5: `watcher()` + `reflector()` (page size 500), or the
+    /// shared store with `subscribe()` when the job has subscribers.
+    KubeRuntime,
+}
+
+/// Dropping `metadata.managedFields` before caching.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Strip {
+    /// Keep everything.
+    #[default]
+    None,
+    /// After decoding: kinformer's `transform`, kube-runtime's `modify`.
+    AfterDecode,
+}
+
+/// One informer configuration under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Variant {
+    /// The library.
+    pub lib: Lib,
+    /// Streaming lists (`sendInitialEvents`) instead of paginated lists.
+    pub streaming: bool,
+    /// managedFields handling.
+    pub strip: Strip,
+}
+
+impl Variant {
+    /// kinformer with defaults.
+    pub const KINFORMER: Variant = Variant {
+        lib: Lib::Kinformer,
+        streaming: false,
+        strip: Strip::None,
+    };
+    /// kube-runtime with defaults.
+    pub const KUBE_RUNTIME: Variant = Variant {
+        lib: Lib::KubeRuntime,
+        streaming: false,
+        strip: Strip::None,
+    };
+
+    /// The same with streaming lists.
+    pub fn streaming(mut self) -> Self {
+        self.streaming = true;
+        self
+    }
+
+    /// The same with managedFields dropped.
+    pub fn strip(mut self, strip: Strip) -> Self {
+        self.strip = strip;
+        self
+    }
+
+    /// A short label for tables.
+    pub fn label(&self) -> String {
+        let mut s = match self.lib {
+            Lib::Kinformer => "kinformer".to_string(),
+            Lib::KubeRuntime => "kube-runtime".to_string(),
+        };
+        if self.streaming {
+            s.push_str(" (streaming list)");
+        }
+        match self.strip {
+            Strip::None => {}
+            Strip::AfterDecode => s.push_str(" (drop managedFields)"),
+        }
+        s
+    }
+}
+
+/// The object type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// ~1.3 KB ConfigMaps.
+    ConfigMap,
+    /// ~6.8 KB Pods with managedFields.
+    Pod,
+}
+
+impl Kind {
+    /// The resource's plural.
+    pub fn plural(self) -> &'static str {
+        match self {
+            Kind::ConfigMap => "configmaps",
+            Kind::Pod => "pods",
+        }
+    }
+}
+
+/// Overflow policy of a subscriber (kinformer only; kube-runtime has one behaviour).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Policy {
+    /// Bounded queue, back-pressure.
+    #[default]
+    Block,
+    /// Merge per key.
+    Coalesce,
+}
+
+/// A subscriber that stops handling events for a while.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stall {
+    /// Milliseconds after `begin` at which it stalls.
+    pub after_ms: u64,
+    /// How long it stalls, in milliseconds.
+    pub for_ms: u64,
+}
+
+/// One subscriber of the informer under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct SubSpec {
+    /// Overflow policy.
+    pub policy: Policy,
+    /// Resync period in seconds (0 = never).
+    pub resync_secs: u64,
+    /// Stall, if any.
+    pub stall: Option<Stall>,
+}
+
+/// What a child process runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Job {
+    /// Initial sync: time, peak heap, steady heap.
+    Sync,
+    /// Fetch the same list pages raw, then time decoding them only.
+    Decode,
+    /// Subscribers measuring write-to-delivery latency between `begin` and `end`.
+    Deliver,
+    /// Sync, then count what a relist delivers between `begin` and `end`.
+    Relist,
+}
+
+/// The job of one child process.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChildSpec {
+    /// What to run.
+    pub job: Job,
+    /// Which informer.
+    pub variant: Variant,
+    /// Which objects.
+    pub kind: Kind,
+    /// The API server.
+    pub url: String,
+    /// The namespace watched.
+    pub namespace: String,
+    /// Objects in the namespace at start.
+    pub objects: usize,
+    /// Page size of lists.
+    pub page_size: u32,
+    /// The subscribers (kube-runtime: none means plain `reflector()`).
+    pub subscribers: Vec<SubSpec>,
+    /// Capacity of each kinformer subscriber queue and of kube-runtime's shared-store buffer.
+    pub capacity: usize,
+}
+
+/// A command from the parent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "snake_case")]
+pub enum Command {
+    /// Start measuring (counters and peaks reset).
+    Begin,
+    /// The parent's writes are done: wait until every subscriber has seen
+    /// `stamped` timestamped updates (at most `timeout_ms`), then report.
+    End {
+        /// Timestamped updates written since `begin`.
+        stamped: u64,
+        /// Deadline in milliseconds.
+        timeout_ms: u64,
+    },
+    /// The outage is over: wait until the informer has re-synced to
+    /// `objects` objects with the expected notifications, then report.
+    EndRelist {
+        /// Objects on the server now.
+        objects: usize,
+        /// Objects modified during the outage.
+        modified: u64,
+        /// Objects deleted during the outage.
+        deleted: u64,
+        /// Deadline in milliseconds.
+        timeout_ms: u64,
+    },
+}
+
+/// A line from the child.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    /// `ready`, `report` or `error`.
+    pub event: String,
+    /// Its figures.
+    pub data: Value,
+}

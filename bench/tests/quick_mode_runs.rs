@@ -1,0 +1,135 @@
+//! The benchmark suite at its reduced scale, end to end: every workload runs
+//! and writes well-formed reports. Timing bars are not asserted (CI machines
+//! vary); only that each measurement exists and is sane.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+
+fn out_dir() -> PathBuf {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    std::env::temp_dir().join(format!(
+        "kinformer-bench-quick-{}-{nanos}",
+        std::process::id()
+    ))
+}
+
+fn section<'a>(report: &'a Value, workload: &str) -> &'a Value {
+    report["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["workload"] == workload)
+        .unwrap_or_else(|| panic!("no {workload} section"))
+}
+
+fn cells(section: &Value, table: usize) -> Vec<Vec<String>> {
+    section["tables"][table]["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            r.as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c.as_str().unwrap().to_string())
+                .collect()
+        })
+        .collect()
+}
+
+fn number(cell: &str) -> f64 {
+    cell.split_whitespace()
+        .next()
+        .and_then(|n| n.trim_end_matches('×').parse().ok())
+        .unwrap_or_else(|| panic!("not a number: {cell:?}"))
+}
+
+#[test]
+fn quick_mode_runs() {
+    let out = out_dir();
+    let status = Command::new(env!("CARGO_BIN_EXE_kinformer-bench"))
+        .args(["--quick", "--out"])
+        .arg(&out)
+        .arg("all")
+        .env("RUST_LOG", "warn")
+        .status()
+        .expect("run kinformer-bench");
+    assert!(
+        status.success(),
+        "kinformer-bench --quick all failed: {status}"
+    );
+
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["scale"]["name"], "quick");
+    let sections = report["sections"].as_array().unwrap();
+    assert_eq!(sections.len(), 5, "one section per workload");
+    for s in sections {
+        assert!(
+            !s["tables"].as_array().unwrap().is_empty(),
+            "{}",
+            s["workload"]
+        );
+        for bar in s["bars"].as_array().unwrap() {
+            assert!(bar["met"].is_boolean() || bar["met"].is_null(), "{bar}");
+            assert!(!bar["detail"].as_str().unwrap().is_empty(), "{bar}");
+        }
+    }
+
+    // Sync: every informer synced every object, with positive figures.
+    let sync = cells(section(&report, "sync"), 0);
+    assert!(sync.len() >= 8, "{sync:?}");
+    for row in &sync {
+        assert!(number(&row[3]) > 0.0, "time to synced: {row:?}");
+        assert!(number(&row[7]) > 0.0, "steady bytes per object: {row:?}");
+    }
+    // Churn: kinformer and kube-runtime, every update delivered to every subscriber.
+    let churn = cells(section(&report, "churn"), 0);
+    assert!(
+        churn.iter().any(|r| r[1] == "kinformer") && churn.iter().any(|r| r[1] == "kube-runtime")
+    );
+    assert!(churn.iter().all(|r| r[7] == "true"), "{churn:?}");
+    let drain = cells(section(&report, "churn"), 1);
+    assert!(drain.iter().all(|r| number(&r[2]) > 0.0), "{drain:?}");
+    // Slow subscriber: a Coalesce queue stays within the distinct keys.
+    let slow = section(&report, "slow");
+    let bounded = slow["bars"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["bar"].as_str().unwrap().contains("distinct keys"))
+        .unwrap();
+    assert_eq!(bounded["met"], true, "{bounded}");
+    // Relist: kinformer notifies exactly the changes and tombstones.
+    let relist = section(&report, "relist");
+    for bar in relist["bars"].as_array().unwrap() {
+        if bar["bar"]
+            .as_str()
+            .unwrap()
+            .starts_with("only real changes")
+        {
+            assert_eq!(bar["met"], true, "{bar}");
+        }
+    }
+    assert!(cells(relist, 0).iter().all(|r| r[9] == "true"));
+    // Resync: exactly one notification per object per period.
+    let resync = section(&report, "resync");
+    assert_eq!(resync["bars"][1]["met"], true, "{}", resync["bars"][1]);
+
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    for title in [
+        "Workload 1",
+        "Workload 2",
+        "Workload 3",
+        "Workload 4",
+        "Workload 5",
+    ] {
+        assert!(md.contains(title), "{title} missing from report.md");
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
