@@ -128,7 +128,10 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
     let mut drain: BTreeMap<(usize, String), Vec<Value>> = BTreeMap::new();
     for &subs in &scale.churn_subscribers {
         for rep in 0..scale.reps {
-            for v in alternate(&variants, rep) {
+            for v in alternate(&variants, rep)
+                .into_iter()
+                .filter(|v| scale.runs(v))
+            {
                 let r = paced_run(
                     &server,
                     NS,
