@@ -12,8 +12,8 @@ use kinformer_actors::delta_fifo::{DeltaFifo, FifoOptions, FifoStats};
 use kinformer_actors::indexer::{Cache, CacheError, IndexFn, Indexer, IndexerStats, Subscribe};
 use kinformer_actors::listener::{Listener, ListenerOptions, ListenerStats, SubscriberId};
 use kinformer_actors::reflector::{
-    Backoff, ListWatch, Reflector, ReflectorOptions, ReflectorStats, StopReflector, Transform,
-    WatchEndReason,
+    Backoff, DecodeOptions, ListWatch, Reflector, ReflectorOptions, ReflectorStats, StopReflector,
+    Transform, WatchEndReason,
 };
 use kinformer_actors::resync::{ResyncTimer, ScheduleResync};
 use kube::Api;
@@ -49,6 +49,7 @@ pub struct InformerBuilder<K: Object> {
     transform: Option<Transform<K>>,
     indexes: Vec<(String, IndexFn<K>)>,
     default_resync: Duration,
+    skip_managed_fields: bool,
 }
 
 impl<K> InformerBuilder<K>
@@ -94,6 +95,14 @@ where
     /// Applied once to every object before it is cached and shared (e.g. drop `managedFields`).
     pub fn transform(mut self, f: impl Fn(K) -> K + Send + Sync + 'static) -> Self {
         self.transform = Some(Arc::new(f));
+        self
+    }
+
+    /// Skip `metadata.managedFields` while decoding, so it is never allocated
+    /// (about 45 % of a typical Pod's heap). Cheaper than a [`transform`](Self::transform)
+    /// that clears it, which runs after the fields were decoded. Off by default.
+    pub fn skip_managed_fields(mut self, skip: bool) -> Self {
+        self.skip_managed_fields = skip;
         self
     }
 
@@ -150,6 +159,9 @@ where
             api: self.api,
             label_selector: self.label_selector,
             field_selector: self.field_selector,
+            decode: DecodeOptions {
+                skip_managed_fields: self.skip_managed_fields,
+            },
         };
         let reflector_stats = stats.reflector.clone();
         let transform = self.transform;
@@ -292,6 +304,7 @@ where
             transform: None,
             indexes: Vec::new(),
             default_resync: Duration::ZERO,
+            skip_managed_fields: false,
         }
     }
 

@@ -557,3 +557,56 @@ async fn unsubscribe_waits_for_the_handler_in_progress_then_nothing_more_arrives
     })
     .await;
 }
+
+#[actix::test]
+async fn skip_managed_fields_keeps_them_out_of_cache_and_events_only_when_asked() {
+    let server = server(10_000);
+    let mut body = configmap("tracked", "v1");
+    body["metadata"]["managedFields"] = serde_json::json!([{
+        "manager": "kubectl", "operation": "Apply", "apiVersion": "v1",
+        "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {"f:value": {}}}
+    }]);
+    server
+        .create("", "configmaps", Some("default"), body)
+        .expect("create configmap");
+    let plain = informer(&server).start().unwrap();
+    let skipping = informer(&server).skip_managed_fields(true).start().unwrap();
+    plain.wait_for_sync(SYNC).await.unwrap();
+    skipping.wait_for_sync(SYNC).await.unwrap();
+    let key = "default/tracked".into();
+    let kept = plain.store().snapshot().get(&key).expect("cached");
+    assert_eq!(kept.metadata.managed_fields.as_ref().map(Vec::len), Some(1));
+    let skipped = skipping.store().snapshot().get(&key).expect("cached");
+    assert!(skipped.metadata.managed_fields.is_none());
+    assert_eq!(skipped.data, kept.data);
+    // Watch events are decoded the same way.
+    let mut update = configmap("tracked", "v2");
+    update["metadata"]["managedFields"] =
+        serde_json::json!([{"manager": "m", "operation": "Update"}]);
+    server
+        .update("", "configmaps", Some("default"), update)
+        .expect("update configmap");
+    eventually(SETTLE, "the update in both caches", || {
+        [&plain, &skipping].iter().all(|i| {
+            i.store()
+                .snapshot()
+                .get(&key)
+                .and_then(|o| o.data.clone())
+                .and_then(|d| d.get("value").cloned())
+                == Some("v2".into())
+        })
+    })
+    .await;
+    let kept = plain.store().snapshot().get(&key).unwrap();
+    assert_eq!(kept.metadata.managed_fields.as_ref().map(Vec::len), Some(1));
+    assert!(
+        skipping
+            .store()
+            .snapshot()
+            .get(&key)
+            .unwrap()
+            .metadata
+            .managed_fields
+            .is_none()
+    );
+}

@@ -29,6 +29,8 @@ pub enum Strip {
     None,
     /// After decoding: kinformer's `transform`, kube-runtime's `modify`.
     AfterDecode,
+    /// While decoding (kinformer's `skip_managed_fields`; kube-runtime cannot).
+    AtDecode,
 }
 
 /// One informer configuration under test.
@@ -80,6 +82,7 @@ impl Variant {
         match self.strip {
             Strip::None => {}
             Strip::AfterDecode => s.push_str(" (drop managedFields)"),
+            Strip::AtDecode => s.push_str(" (skip managedFields at decode)"),
         }
         s
     }

@@ -56,13 +56,9 @@ pub fn start_informer(
     if let Some(f) = &selection.field_selector {
         builder = builder.field_selector(f.clone());
     }
-    if engine.drop_managed_fields {
-        builder = builder.transform(|mut o: DynamicObject| {
-            o.metadata.managed_fields = None;
-            o
-        });
-    }
-    builder.start()
+    builder
+        .skip_managed_fields(engine.drop_managed_fields)
+        .start()
 }
 
 /// The subscribe options of `sub`, with the engine's defaults filled in.

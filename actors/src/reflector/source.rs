@@ -34,6 +34,8 @@ pub struct ListWatch<K: Resource> {
     pub label_selector: Option<String>,
     /// A field selector (`metadata.name=x`), if any.
     pub field_selector: Option<String>,
+    /// How list pages and watch events are decoded (e.g. skip `managedFields`).
+    pub decode: DecodeOptions,
 }
 
 /// One event of a watch stream, decoded.
@@ -91,9 +93,8 @@ where
         lp
     }
 
-    /// The decoding used for lists and watches (everything kept, for now).
     fn decode_options(&self) -> DecodeOptions {
-        DecodeOptions::default()
+        self.decode
     }
 
     /// One list request, decoded from the response bytes (read into `body`,

@@ -96,6 +96,9 @@ pub async fn start<K: Object>(api: Api<K>, spec: &ChildSpec) -> anyhow::Result<K
             o
         });
     }
+    if spec.variant.strip == Strip::AtDecode {
+        builder = builder.skip_managed_fields(true);
+    }
     let informer = builder.start()?;
     let mut subs = Vec::new();
     let mut probes = Vec::new();

@@ -56,7 +56,8 @@ pub fn start<K: KrtObject>(api: Api<K>, spec: &ChildSpec) -> KrtUnder<K> {
     }
     let events: BoxStream<'static, watcher::Result<Event<K>>> = match spec.variant.strip {
         Strip::None => watch_fn(api, config).boxed(),
-        Strip::AfterDecode => watch_fn(api, config)
+        // kube-runtime cannot skip while decoding: the closest it has is `modify`.
+        Strip::AfterDecode | Strip::AtDecode => watch_fn(api, config)
             .modify(|o| o.managed_fields_mut().clear())
             .boxed(),
     };
