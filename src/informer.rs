@@ -6,16 +6,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use actix::prelude::*;
-use kinformer_actors::Event;
 use kinformer_actors::Object;
 use kinformer_actors::delta_fifo::{DeltaFifo, FifoOptions, FifoStats};
 use kinformer_actors::indexer::{Cache, CacheError, IndexFn, Indexer, IndexerStats, Subscribe};
-use kinformer_actors::listener::{Listener, ListenerOptions, ListenerStats, SubscriberId};
+use kinformer_actors::listener::{Listener, ListenerOptions, ListenerStats, SubscriberId, Target};
 use kinformer_actors::reflector::{
     Backoff, DecodeOptions, ListWatch, Reflector, ReflectorOptions, ReflectorStats, StopReflector,
     Transform, WatchEndReason,
 };
 use kinformer_actors::resync::{ResyncTimer, ScheduleResync};
+use kinformer_actors::{Event, EventBatch};
 use kube::Api;
 use tokio::sync::watch;
 
@@ -315,6 +315,31 @@ where
         recipient: Recipient<Event<K>>,
         options: SubscribeOptions,
     ) -> Result<Subscription<K>, InformerError> {
+        self.subscribe_target(Target::Each(recipient), options)
+            .await
+    }
+
+    /// Subscribes an actor that handles [`EventBatch`]es of up to
+    /// [`SubscribeOptions::batch_size`] events per call, with the same
+    /// guarantees as [`Informer::subscribe`]. For subscribers that keep up with
+    /// high event rates: one handler call (one mailbox message and answer) per
+    /// batch rather than per event. A batch holds what is queued when the
+    /// previous call returns; nothing waits to fill one.
+    pub async fn subscribe_batches(
+        &self,
+        recipient: Recipient<EventBatch<K>>,
+        options: SubscribeOptions,
+    ) -> Result<Subscription<K>, InformerError> {
+        let max = options.batch_size;
+        self.subscribe_target(Target::Batches { recipient, max }, options)
+            .await
+    }
+
+    async fn subscribe_target(
+        &self,
+        target: Target<K>,
+        options: SubscribeOptions,
+    ) -> Result<Subscription<K>, InformerError> {
         if self.is_stopped() {
             return Err(InformerError::Stopped);
         }
@@ -323,7 +348,7 @@ where
         let stats = Arc::new(ListenerStats::default());
         let listener = Listener::new(
             id,
-            recipient,
+            target,
             ListenerOptions {
                 policy: options.policy,
                 capacity: options.capacity,

@@ -50,6 +50,6 @@ pub use informer::{Informer, InformerBuilder, InformerError, InformerStats, Watc
 pub use kinformer_actors as actors;
 pub use kinformer_actors::indexer::{CacheError, IndexFn};
 pub use kinformer_actors::listener::OverflowPolicy;
-pub use kinformer_actors::{Cause, DeletedObject, Event, ObjectKey, Tombstone};
+pub use kinformer_actors::{Cause, DeletedObject, Event, EventBatch, ObjectKey, Tombstone};
 pub use store::Store;
 pub use subscription::{SubscribeOptions, Subscription};

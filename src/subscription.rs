@@ -23,6 +23,8 @@ pub struct SubscribeOptions {
     pub policy: OverflowPolicy,
     /// Bound of a `Block` queue (notifications); allocation hint for `Coalesce`.
     pub capacity: usize,
+    /// Most events per [`EventBatch`](crate::EventBatch) ([`Informer::subscribe_batches`](crate::Informer::subscribe_batches) only).
+    pub batch_size: usize,
 }
 
 impl Default for SubscribeOptions {
@@ -31,6 +33,7 @@ impl Default for SubscribeOptions {
             resync: None,
             policy: OverflowPolicy::Block,
             capacity: 1024,
+            batch_size: 256,
         }
     }
 }
@@ -51,6 +54,12 @@ impl SubscribeOptions {
     /// The queue capacity.
     pub fn capacity(mut self, capacity: usize) -> Self {
         self.capacity = capacity.max(1);
+        self
+    }
+
+    /// Most events per batch for batched subscriptions (at least 1).
+    pub fn batch_size(mut self, batch_size: usize) -> Self {
+        self.batch_size = batch_size.max(1);
         self
     }
 }

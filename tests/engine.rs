@@ -610,3 +610,73 @@ async fn skip_managed_fields_keeps_them_out_of_cache_and_events_only_when_asked(
             .is_none()
     );
 }
+
+#[actix::test]
+async fn batched_subscriber_sees_the_same_sequence_as_a_per_event_one_in_bounded_batches() {
+    let server = server(10_000);
+    server.seed_configmaps("default", 1_000).unwrap();
+    let informer = informer(&server).page_size(200).start().unwrap();
+    let (each, log_each) = Recorder::start();
+    // The batched subscriber is held at its first handler call, so what
+    // arrives meanwhile queues up and must leave in batches of at most 64.
+    let (gate_tx, gate_rx) = watch::channel(false);
+    let (batched, log_batched) = Recorder::gated(gate_rx);
+    let sub_each = informer
+        .subscribe(each.recipient(), SubscribeOptions::default())
+        .await
+        .unwrap();
+    let sub_batched = informer
+        .subscribe_batches(
+            batched.recipient(),
+            SubscribeOptions::default().capacity(4096).batch_size(64),
+        )
+        .await
+        .unwrap();
+    sub_each.wait_for_sync(SYNC).await.unwrap();
+    for i in 0..50 {
+        create(&server, &format!("new-{i}"), "1");
+    }
+    server
+        .delete("", "configmaps", Some("default"), "new-0")
+        .unwrap();
+    eventually(
+        SETTLE,
+        "the batched subscriber is held with a backlog",
+        || {
+            sub_batched
+                .stats()
+                .pending
+                .load(std::sync::atomic::Ordering::Relaxed)
+                > 64
+        },
+    )
+    .await;
+    assert!(
+        !sub_batched.has_synced(),
+        "initial adds are not handled yet"
+    );
+    gate_tx.send_replace(true);
+    sub_batched.wait_for_sync(SYNC).await.unwrap();
+    converges(&server, &log_each, "per-event subscriber converges").await;
+    converges(&server, &log_batched, "batched subscriber converges").await;
+    let (each, batched) = (log_each.lock().unwrap(), log_batched.lock().unwrap());
+    assert_eq!(
+        each.events, batched.events,
+        "same notifications, same order"
+    );
+    assert!(each.batches.is_empty());
+    assert_eq!(batched.batches.iter().sum::<usize>(), batched.events.len());
+    assert!(batched.batches.iter().all(|&n| (1..=64).contains(&n)));
+    assert!(
+        batched.batches.iter().filter(|&&n| n == 64).count() >= 2,
+        "a backlog leaves in full batches: {:?}",
+        batched.batches
+    );
+    assert_eq!(
+        sub_batched
+            .stats()
+            .delivered
+            .load(std::sync::atomic::Ordering::Relaxed),
+        batched.events.len() as u64
+    );
+}

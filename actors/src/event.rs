@@ -134,3 +134,16 @@ impl<K> Event<K> {
 impl<K: 'static> actix::Message for Event<K> {
     type Result = ();
 }
+
+/// Several notifications, in order, for a subscriber that asked for batches
+/// ([`Target::Batches`](crate::listener::Target)). One handler call per batch
+/// instead of per event: the per-message cost of an actor mailbox is paid once
+/// per batch, which is what lets one informer feed many subscribers at a high
+/// event rate. A batch holds what was queued when the previous call returned,
+/// up to the subscriber's maximum; it is never held back to fill up.
+#[derive(Debug)]
+pub struct EventBatch<K>(pub Vec<Event<K>>);
+
+impl<K: 'static> actix::Message for EventBatch<K> {
+    type Result = ();
+}

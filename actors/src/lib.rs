@@ -10,7 +10,7 @@
 pub mod event;
 pub mod key;
 
-pub use event::{Cause, Event};
+pub use event::{Cause, Event, EventBatch};
 pub use key::{DeletedObject, KeyError, ObjectKey, Tombstone};
 
 pub mod delta_fifo;

@@ -42,6 +42,9 @@ pub struct Variant {
     pub streaming: bool,
     /// managedFields handling.
     pub strip: Strip,
+    /// Subscribers handle batches (`subscribe_batches`; kinformer only).
+    #[serde(default)]
+    pub batched: bool,
 }
 
 impl Variant {
@@ -50,17 +53,25 @@ impl Variant {
         lib: Lib::Kinformer,
         streaming: false,
         strip: Strip::None,
+        batched: false,
     };
     /// kube-runtime with defaults.
     pub const KUBE_RUNTIME: Variant = Variant {
         lib: Lib::KubeRuntime,
         streaming: false,
         strip: Strip::None,
+        batched: false,
     };
 
     /// The same with streaming lists.
     pub fn streaming(mut self) -> Self {
         self.streaming = true;
+        self
+    }
+
+    /// The same with batched subscribers.
+    pub fn batched(mut self) -> Self {
+        self.batched = true;
         self
     }
 
@@ -78,6 +89,9 @@ impl Variant {
         };
         if self.streaming {
             s.push_str(" (streaming list)");
+        }
+        if self.batched {
+            s.push_str(" (batched subscribers)");
         }
         match self.strip {
             Strip::None => {}

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kinformer::{Cause, Event, Informer};
+use kinformer::{Cause, Event, EventBatch, Informer};
 use kinformer_apiserver::{ApiServer, ServerConfig, ServerHandle};
 use tokio::sync::watch;
 
@@ -48,6 +48,8 @@ pub struct Seen {
 pub struct Log {
     pub events: Vec<Seen>,
     pub view: BTreeMap<String, String>,
+    /// Sizes of the batches received (batched subscriptions).
+    pub batches: Vec<usize>,
 }
 
 impl Log {
@@ -100,11 +102,10 @@ fn rv(o: &ConfigMap) -> Option<String> {
     o.metadata.resource_version.clone()
 }
 
-impl Handler<Event<ConfigMap>> for Recorder {
-    type Result = ResponseFuture<()>;
-
-    fn handle(&mut self, event: Event<ConfigMap>, ctx: &mut Context<Self>) -> Self::Result {
-        let n = {
+impl Recorder {
+    /// Records one event; returns how many were recorded so far.
+    fn record(&self, event: &Event<ConfigMap>) -> usize {
+        {
             let mut log = self.log.lock().unwrap();
             let key = event.key().to_string();
             let seen = match &event {
@@ -141,7 +142,11 @@ impl Handler<Event<ConfigMap>> for Recorder {
             };
             log.events.push(seen);
             log.events.len()
-        };
+        }
+    }
+
+    /// Stops when asked to; the handler's answer waits while the gate is closed.
+    fn finish(&self, n: usize, ctx: &mut Context<Self>) -> ResponseFuture<()> {
         if self.stop_after.is_some_and(|limit| n >= limit) {
             ctx.stop();
         }
@@ -151,6 +156,29 @@ impl Handler<Event<ConfigMap>> for Recorder {
                 let _ = gate.wait_for(|open| *open).await;
             }
         })
+    }
+}
+
+impl Handler<Event<ConfigMap>> for Recorder {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, event: Event<ConfigMap>, ctx: &mut Context<Self>) -> Self::Result {
+        let n = self.record(&event);
+        self.finish(n, ctx)
+    }
+}
+
+/// A batched subscriber records each event of the batch in order, and the batch size.
+impl Handler<EventBatch<ConfigMap>> for Recorder {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, batch: EventBatch<ConfigMap>, ctx: &mut Context<Self>) -> Self::Result {
+        self.log.lock().unwrap().batches.push(batch.0.len());
+        let mut n = 0;
+        for event in &batch.0 {
+            n = self.record(event);
+        }
+        self.finish(n, ctx)
     }
 }
 

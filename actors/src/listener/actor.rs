@@ -19,7 +19,7 @@ use futures::channel::oneshot;
 use tokio::sync::watch;
 
 use super::{ListenerQueue, OverflowPolicy, SyncTracker};
-use crate::event::Event;
+use crate::event::{Event, EventBatch};
 
 /// Identifies one subscription of one informer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -78,12 +78,47 @@ pub struct ListenerOptions {
     pub capacity: usize,
 }
 
+/// Where a listener delivers: one notification per handler call, or batches.
+pub enum Target<K: Send + Sync + 'static> {
+    /// One [`Event`] per handler call (client-go's one notification at a time).
+    Each(Recipient<Event<K>>),
+    /// [`EventBatch`]es of up to `max` events per handler call.
+    Batches {
+        /// The subscriber.
+        recipient: Recipient<EventBatch<K>>,
+        /// Most events in one batch (at least 1).
+        max: usize,
+    },
+}
+
+impl<K: Send + Sync + 'static> From<Recipient<Event<K>>> for Target<K> {
+    fn from(recipient: Recipient<Event<K>>) -> Self {
+        Target::Each(recipient)
+    }
+}
+
+/// What one handler call carried: for sync tracking and counters once it returns.
+#[derive(Default, Clone, Copy)]
+struct Sent {
+    events: u64,
+    initial: usize,
+    resyncs: u64,
+}
+
+impl Sent {
+    fn count<K>(&mut self, event: &Event<K>) {
+        self.events += 1;
+        self.initial += usize::from(event.is_initial());
+        self.resyncs += u64::from(event.is_resync());
+    }
+}
+
 /// The listener actor of one subscriber.
 pub struct Listener<K: Send + Sync + 'static> {
     id: SubscriberId,
     queue: ListenerQueue<K>,
     sync: SyncTracker,
-    recipient: Recipient<Event<K>>,
+    target: Target<K>,
     delivering: bool,
     parked: VecDeque<Event<K>>,
     parked_reply: Option<oneshot::Sender<Result<(), ListenerGone>>>,
@@ -95,10 +130,11 @@ pub struct Listener<K: Send + Sync + 'static> {
 }
 
 impl<K: Send + Sync + 'static> Listener<K> {
-    /// A listener delivering to `recipient`; `synced` reports its HS-2 state.
+    /// A listener delivering to `target` (a `Recipient<Event<K>>` converts);
+    /// `synced` reports its HS-2 state.
     pub fn new(
         id: SubscriberId,
-        recipient: Recipient<Event<K>>,
+        target: impl Into<Target<K>>,
         options: ListenerOptions,
         synced: watch::Sender<bool>,
         stats: Arc<ListenerStats>,
@@ -107,7 +143,7 @@ impl<K: Send + Sync + 'static> Listener<K> {
             id,
             queue: ListenerQueue::new(options.policy, options.capacity),
             sync: SyncTracker::new(),
-            recipient,
+            target: target.into(),
             delivering: false,
             parked: VecDeque::new(),
             parked_reply: None,
@@ -165,16 +201,36 @@ impl<K: Send + Sync + 'static> Listener<K> {
         });
     }
 
-    /// Delivers the next notification if none is in flight.
+    /// Delivers the next notification (or batch) if none is in flight.
     fn pump(&mut self, ctx: &mut Context<Self>) {
-        if self.delivering || self.stopping {
-            return;
-        }
-        let Some(event) = self.queue.pop() else {
-            for w in self.idle_waiters.drain(..) {
-                let _ = w.send(());
+        if self.delivering || self.stopping || self.queue.is_empty() {
+            if !self.delivering && self.queue.is_empty() {
+                for w in self.idle_waiters.drain(..) {
+                    let _ = w.send(());
+                }
             }
             return;
+        }
+        let mut sent = Sent::default();
+        let request = match &self.target {
+            Target::Each(recipient) => {
+                let Some(event) = self.queue.pop() else {
+                    return;
+                };
+                sent.count(&event);
+                futures::future::Either::Left(recipient.send(event))
+            }
+            Target::Batches { recipient, max } => {
+                let mut batch = Vec::with_capacity(self.queue.len().min((*max).max(1)));
+                while batch.len() < (*max).max(1) {
+                    let Some(event) = self.queue.pop() else {
+                        break;
+                    };
+                    sent.count(&event);
+                    batch.push(event);
+                }
+                futures::future::Either::Right(recipient.send(EventBatch(batch)))
+            }
         };
         // Room freed: take parked notifications and release the producer.
         if !self.parked.is_empty() {
@@ -185,17 +241,14 @@ impl<K: Send + Sync + 'static> Listener<K> {
         {
             let _ = reply.send(Ok(()));
         }
-        let initial = event.is_initial();
-        let resync = event.is_resync();
         self.delivering = true;
         self.refresh_stats();
-        self.recipient
-            .send(event)
+        request
             .into_actor(self)
             .map(move |result, act, ctx| {
                 act.delivering = false;
-                if initial {
-                    let _ = act.sync.finish();
+                if sent.initial > 0 {
+                    let _ = act.sync.finish_many(sent.initial);
                 }
                 if act.stopping {
                     ctx.stop();
@@ -203,9 +256,9 @@ impl<K: Send + Sync + 'static> Listener<K> {
                 }
                 match result {
                     Ok(()) => {
-                        act.stats.delivered.fetch_add(1, Ordering::Relaxed);
-                        if resync {
-                            act.stats.resyncs.fetch_add(1, Ordering::Relaxed);
+                        act.stats.delivered.fetch_add(sent.events, Ordering::Relaxed);
+                        if sent.resyncs > 0 {
+                            act.stats.resyncs.fetch_add(sent.resyncs, Ordering::Relaxed);
                         }
                         act.refresh_stats();
                         act.pump(ctx);
@@ -372,5 +425,70 @@ mod tests {
             );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+    }
+
+    struct BatchSink(Arc<std::sync::Mutex<Vec<Vec<String>>>>);
+
+    impl Actor for BatchSink {
+        type Context = Context<Self>;
+    }
+
+    impl Handler<EventBatch<ConfigMap>> for BatchSink {
+        type Result = ();
+
+        fn handle(&mut self, batch: EventBatch<ConfigMap>, _: &mut Context<Self>) {
+            let names = batch.0.iter().map(|e| e.key().to_string()).collect();
+            self.0.lock().unwrap().push(names);
+        }
+    }
+
+    fn initial(name: &str) -> Event<ConfigMap> {
+        match added(name) {
+            Event::Added { key, object, .. } => Event::Added {
+                key,
+                object,
+                cause: Cause::Initial,
+            },
+            other => other,
+        }
+    }
+
+    /// Batches keep the order, never exceed their maximum, and count every
+    /// initial add towards the subscriber's sync (HS-2) once handled.
+    #[actix::test]
+    async fn batches_are_ordered_bounded_and_count_towards_sync() {
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = BatchSink(seen.clone()).start();
+        let (synced, mut synced_rx) = watch::channel(false);
+        let stats = Arc::new(ListenerStats::default());
+        let listener = Listener::new(
+            SubscriberId(1),
+            Target::Batches {
+                recipient: sink.recipient(),
+                max: 3,
+            },
+            ListenerOptions {
+                policy: OverflowPolicy::Block,
+                capacity: 100,
+            },
+            synced,
+            stats.clone(),
+        )
+        .start();
+        let names: Vec<String> = (0..10).map(|i| format!("o{i}")).collect();
+        let events = names.iter().map(|n| initial(n)).collect();
+        listener.send(Deliver(events)).await.unwrap().unwrap();
+        listener.send(UpstreamSynced).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(5), synced_rx.wait_for(|s| *s))
+            .await
+            .expect("synced once every initial add was handled")
+            .unwrap();
+        let batches = seen.lock().unwrap().clone();
+        assert!(
+            batches.iter().all(|b| (1..=3).contains(&b.len())),
+            "{batches:?}"
+        );
+        assert_eq!(batches.concat(), names);
+        assert_eq!(stats.delivered.load(Ordering::SeqCst), 10);
     }
 }

@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use kinformer::{Cause, Event, Informer, OverflowPolicy, SubscribeOptions, Subscription};
+use kinformer::{
+    Cause, Event, EventBatch, Informer, OverflowPolicy, SubscribeOptions, Subscription,
+};
 use kinformer_actors::Object;
 use kube::Api;
 
@@ -29,8 +31,26 @@ impl<K: Object> Handler<Event<K>> for Recorder {
     type Result = ();
 
     fn handle(&mut self, event: Event<K>, ctx: &mut Context<Self>) {
+        self.record(&event);
+        self.maybe_stall(ctx);
+    }
+}
+
+impl<K: Object> Handler<EventBatch<K>> for Recorder {
+    type Result = ();
+
+    fn handle(&mut self, batch: EventBatch<K>, ctx: &mut Context<Self>) {
+        for event in &batch.0 {
+            self.record(event);
+        }
+        self.maybe_stall(ctx);
+    }
+}
+
+impl Recorder {
+    fn record<K: Object>(&self, event: &Event<K>) {
         let p = &self.probe;
-        match &event {
+        match event {
             Event::Added {
                 cause: Cause::Initial,
                 ..
@@ -68,6 +88,10 @@ impl<K: Object> Handler<Event<K>> for Recorder {
                 }
             }
         }
+    }
+
+    fn maybe_stall(&mut self, ctx: &mut Context<Self>) {
+        let p = &self.probe;
         if let (Some(stall), false, Some(began)) = (self.stall, self.stalled, p.began())
             && began.elapsed() >= Duration::from_millis(stall.after_ms)
         {
@@ -117,7 +141,13 @@ pub async fn start<K: Object>(api: Api<K>, spec: &ChildSpec) -> anyhow::Result<K
                 Policy::Coalesce => OverflowPolicy::Coalesce,
             })
             .capacity(spec.capacity);
-        subs.push(informer.subscribe(actor.recipient(), options).await?);
+        subs.push(if spec.variant.batched {
+            informer
+                .subscribe_batches(actor.recipient(), options)
+                .await?
+        } else {
+            informer.subscribe(actor.recipient(), options).await?
+        });
         probes.push(probe);
     }
     Ok(KinUnder {
