@@ -50,6 +50,7 @@ pub struct InformerBuilder<K: Object> {
     indexes: Vec<(String, IndexFn<K>)>,
     default_resync: Duration,
     skip_managed_fields: bool,
+    reflector_thread: bool,
 }
 
 impl<K> InformerBuilder<K>
@@ -103,6 +104,20 @@ where
     /// that clears it, which runs after the fields were decoded. Off by default.
     pub fn skip_managed_fields(mut self, skip: bool) -> Self {
         self.skip_managed_fields = skip;
+        self
+    }
+
+    /// Runs the Reflector (requests and the decoding of list pages and watch
+    /// events) on a thread of its own, an actix `Arbiter`, so decoding can
+    /// overlap caching and delivery on another core. Needs an actix `System`
+    /// (under a bare tokio `LocalSet` the Reflector stays on the current
+    /// thread). Off by default: on the 2-core benchmark machine, where the API
+    /// server shares the cores, the cross-thread hand-off cost more than it
+    /// saved (maximum ConfigMap event rate 93k/s with it, 144k/s without;
+    /// BENCHMARKS.md). Worth trying with spare cores and large objects (a Pod
+    /// decodes in 31–53 µs).
+    pub fn reflector_thread(mut self, on: bool) -> Self {
+        self.reflector_thread = on;
         self
     }
 
@@ -167,7 +182,8 @@ where
         let transform = self.transform;
         let options = self.reflector;
         let fifo_addr = fifo.clone();
-        let reflector = Supervisor::start(move |_| {
+        let reflector_span = tracing::info_span!(parent: &span, "reflector");
+        let make = move |_: &mut Context<Reflector<K>>| {
             Reflector::new(
                 source,
                 fifo_addr,
@@ -176,11 +192,19 @@ where
                 rv_tx,
                 reflector_stats,
             )
-        });
+            .in_span(reflector_span)
+        };
+        let reflector_arbiter =
+            (self.reflector_thread && System::try_current().is_some()).then(Arbiter::new);
+        let reflector = match &reflector_arbiter {
+            Some(arbiter) => Supervisor::start_in_arbiter(&arbiter.handle(), make),
+            None => Supervisor::start(make),
+        };
         Ok(Informer {
             inner: Arc::new(Shared {
                 indexer,
                 reflector,
+                reflector_arbiter,
                 resync,
                 reader,
                 synced,
@@ -265,6 +289,8 @@ pub struct InformerStats {
 struct Shared<K: Object> {
     indexer: Addr<Indexer<K>>,
     reflector: Addr<Reflector<K>>,
+    /// The Reflector's own thread, when it has one; stopped with the informer.
+    reflector_arbiter: Option<Arbiter>,
     resync: Addr<ResyncTimer>,
     reader: kinformer_actors::indexer::CacheReader<K>,
     synced: watch::Receiver<bool>,
@@ -274,6 +300,14 @@ struct Shared<K: Object> {
     span: tracing::Span,
     default_resync: Duration,
     stats: InformerStatsInner,
+}
+
+impl<K: Object> Drop for Shared<K> {
+    fn drop(&mut self) {
+        if let Some(arbiter) = &self.reflector_arbiter {
+            arbiter.stop();
+        }
+    }
 }
 
 /// A running informer: subscribe actors, read the cache, wait for sync, stop.
@@ -305,6 +339,7 @@ where
             indexes: Vec::new(),
             default_resync: Duration::ZERO,
             skip_managed_fields: false,
+            reflector_thread: false,
         }
     }
 

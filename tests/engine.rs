@@ -680,3 +680,28 @@ async fn batched_subscriber_sees_the_same_sequence_as_a_per_event_one_in_bounded
         batched.events.len() as u64
     );
 }
+
+#[actix::test]
+async fn reflector_on_its_own_thread_delivers_the_same() {
+    let server = server(10_000);
+    server.seed_configmaps("default", 500).unwrap();
+    let informer = informer(&server)
+        .page_size(100)
+        .reflector_thread(true)
+        .start()
+        .unwrap();
+    let (a, log) = Recorder::start();
+    let _sub = informer
+        .subscribe(a.recipient(), SubscribeOptions::default())
+        .await
+        .unwrap();
+    informer.wait_for_sync(SYNC).await.unwrap();
+    create(&server, "late", "1");
+    converges(&server, &log, "view equals server").await;
+    // A forced relist goes through the supervisor on that thread too.
+    server.faults().compact();
+    server.faults().close_all_watches();
+    create(&server, "after-relist", "1");
+    converges(&server, &log, "view equals server after relist").await;
+    informer.stop().await;
+}
