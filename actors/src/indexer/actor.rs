@@ -11,8 +11,11 @@
 //!   SI-10), so a relist is no update storm.
 //! - A subscriber added at any time first receives the current cache as
 //!   `Initial` adds, while deltas wait (SI-5); its sync state follows HS-2.
-//! - A resync replays the current cache, in chunks between batches, to the
-//!   subscribers that are due, and only to them.
+//! - A resync replays the current cache, in chunks, to the subscribers that
+//!   are due, and only to them. Chunks go to the listeners' resync lanes
+//!   ([`DeliverResync`]) beside the batches, one chunk in flight at a time:
+//!   a sweep advances at the pace its subscribers take it and never makes a
+//!   real change wait.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -26,7 +29,9 @@ use super::Cache;
 use crate::delta_fifo::{Delta, Popped};
 use crate::event::{Cause, Event};
 use crate::key::ObjectKey;
-use crate::listener::{Deliver, Listener, SubscriberId, UpstreamSynced as ListenerUpstreamSynced};
+use crate::listener::{
+    Deliver, DeliverResync, Listener, SubscriberId, UpstreamSynced as ListenerUpstreamSynced,
+};
 
 /// The events one listener receives from one step of work.
 type Delivery<K> = (SubscriberId, Addr<Listener<K>>, Vec<Event<K>>);
@@ -90,17 +95,18 @@ pub struct IndexerStats {
     pub listeners_lost: AtomicU64,
 }
 
-enum Work {
-    Replay {
-        id: SubscriberId,
-        keys: Vec<ObjectKey>,
-        pos: usize,
-    },
-    Sweep {
-        ids: Vec<SubscriberId>,
-        keys: Vec<ObjectKey>,
-        pos: usize,
-    },
+/// A replay of the cache to one new subscriber (SI-5), in progress.
+struct Replay {
+    id: SubscriberId,
+    keys: Vec<ObjectKey>,
+    pos: usize,
+}
+
+/// A resync sweep of the cache for the subscribers due (SI-11), in progress.
+struct Sweep {
+    ids: Vec<SubscriberId>,
+    keys: Vec<ObjectKey>,
+    pos: usize,
 }
 
 /// The Indexer actor.
@@ -112,8 +118,9 @@ pub struct Indexer<K: Resource + Send + Sync + 'static> {
     upstream_synced: bool,
     busy: bool,
     batches: VecDeque<(Vec<Popped<K>>, oneshot::Sender<()>)>,
-    work: VecDeque<Work>,
-    prefer_sweep: bool,
+    replays: VecDeque<Replay>,
+    sweeps: VecDeque<Sweep>,
+    sweeping: bool,
     stats: Arc<IndexerStats>,
     span: tracing::Span,
 }
@@ -129,8 +136,9 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
             upstream_synced: false,
             busy: false,
             batches: VecDeque::new(),
-            work: VecDeque::new(),
-            prefer_sweep: false,
+            replays: VecDeque::new(),
+            sweeps: VecDeque::new(),
+            sweeping: false,
             stats,
             span: tracing::Span::none(),
         }
@@ -271,40 +279,18 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
     }
 
     /// Runs the next piece of work unless one is waiting for listeners.
-    /// Replays come first (deltas must wait for them, SI-5); batches and resync
-    /// sweep chunks alternate so a sweep never starves real events.
+    /// Replays come first (deltas must wait for them, SI-5), then batches.
+    /// Resync sweeps run beside them, one chunk in flight at a time, into the
+    /// listeners' resync lanes: a sweep never holds back a real change.
     fn step(&mut self, ctx: &mut Context<Self>) {
+        self.step_sweep(ctx);
         if self.busy {
             return;
         }
-        let replay = self
-            .work
-            .iter()
-            .position(|w| matches!(w, Work::Replay { .. }));
-        let sweep = self
-            .work
-            .iter()
-            .position(|w| matches!(w, Work::Sweep { .. }));
-        let next = match (replay, sweep, !self.batches.is_empty()) {
-            (Some(i), _, _) => self.work.remove(i),
-            (None, Some(i), true) if self.prefer_sweep => self.work.remove(i),
-            (None, _, true) => {
-                if let Some((batch, reply)) = self.batches.pop_front() {
-                    self.prefer_sweep = true;
-                    self.run_batch(batch, reply, ctx);
-                }
-                return;
-            }
-            (None, Some(i), false) => self.work.remove(i),
-            (None, None, false) => None,
-        };
-        match next {
-            Some(Work::Replay { id, keys, pos }) => self.run_replay(id, keys, pos, ctx),
-            Some(Work::Sweep { ids, keys, pos }) => {
-                self.prefer_sweep = false;
-                self.run_sweep(ids, keys, pos, ctx)
-            }
-            None => {}
+        if let Some(Replay { id, keys, pos }) = self.replays.pop_front() {
+            self.run_replay(id, keys, pos, ctx);
+        } else if let Some((batch, reply)) = self.batches.pop_front() {
+            self.run_batch(batch, reply, ctx);
         }
     }
 
@@ -376,54 +362,65 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
                     act.listeners.insert(id, addr);
                 }
             } else {
-                act.work.push_front(Work::Replay { id, keys, pos: end });
+                act.replays.push_front(Replay { id, keys, pos: end });
             }
         });
     }
 
-    fn run_sweep(
-        &mut self,
-        ids: Vec<SubscriberId>,
-        keys: Vec<ObjectKey>,
-        pos: usize,
-        ctx: &mut Context<Self>,
-    ) {
-        let targets: Vec<_> = ids
-            .iter()
-            .filter_map(|id| self.listeners.get(id).map(|a| (*id, a.clone())))
-            .collect();
-        if targets.is_empty() {
-            self.sweep_done(&ids);
-            return self.step(ctx);
-        }
-        let end = (pos + SWEEP_CHUNK).min(keys.len());
-        let evs: Vec<Event<K>> = keys[pos..end]
-            .iter()
-            .filter_map(|k| {
-                self.cache.get(k).map(|o| Event::Updated {
-                    key: k.clone(),
-                    old: o.clone(),
-                    new: o,
-                    cause: Cause::Resync,
-                })
-            })
-            .collect();
-        let per_listener = targets
-            .into_iter()
-            .map(|(id, addr)| (id, addr, evs.clone()))
-            .collect();
-        let done = end >= keys.len();
-        self.distribute(per_listener, ctx, move |act, _| {
-            if done {
-                act.sweep_done(&ids);
-            } else {
-                act.work.push_back(Work::Sweep {
-                    ids,
-                    keys,
-                    pos: end,
-                });
+    /// Sends the next chunk of the oldest sweep, unless a chunk is in flight.
+    fn step_sweep(&mut self, ctx: &mut Context<Self>) {
+        while !self.sweeping {
+            let Some(Sweep { ids, keys, pos }) = self.sweeps.pop_front() else {
+                return;
+            };
+            let targets: Vec<_> = ids
+                .iter()
+                .filter_map(|id| self.listeners.get(id).map(|a| (*id, a.clone())))
+                .collect();
+            if targets.is_empty() {
+                self.sweep_done(&ids);
+                continue;
             }
-        });
+            let end = (pos + SWEEP_CHUNK).min(keys.len());
+            let evs: Vec<Event<K>> = keys[pos..end]
+                .iter()
+                .filter_map(|k| {
+                    self.cache.get(k).map(|o| Event::Updated {
+                        key: k.clone(),
+                        old: o.clone(),
+                        new: o,
+                        cause: Cause::Resync,
+                    })
+                })
+                .collect();
+            let done = end >= keys.len();
+            self.sweeping = true;
+            let sends = targets.into_iter().map(|(id, addr)| {
+                let fut = addr.send(DeliverResync(evs.clone()));
+                async move { (id, matches!(fut.await, Ok(Ok(())))) }
+            });
+            futures::future::join_all(sends)
+                .into_actor(self)
+                .map(move |results, act, ctx| {
+                    for (id, ok) in results {
+                        if !ok {
+                            act.lose(id);
+                        }
+                    }
+                    act.sweeping = false;
+                    if done {
+                        act.sweep_done(&ids);
+                    } else {
+                        act.sweeps.push_back(Sweep {
+                            ids,
+                            keys,
+                            pos: end,
+                        });
+                    }
+                    act.step(ctx);
+                })
+                .spawn(ctx);
+        }
     }
 
     /// These subscribers' resync is complete: no longer syncing (SI-10).
@@ -477,7 +474,7 @@ impl<K: Resource + Send + Sync + 'static> Handler<Subscribe<K>> for Indexer<K> {
     fn handle(&mut self, msg: Subscribe<K>, ctx: &mut Context<Self>) {
         let _span = self.span.clone().entered();
         self.replaying.insert(msg.id, msg.listener);
-        self.work.push_back(Work::Replay {
+        self.replays.push_back(Replay {
             id: msg.id,
             keys: Vec::new(),
             pos: 0,
@@ -521,7 +518,7 @@ impl<K: Resource + Send + Sync + 'static> Handler<ResyncDue> for Indexer<K> {
             .collect();
         self.syncing.extend(ids.iter().copied());
         if !ids.is_empty() {
-            self.work.push_back(Work::Sweep {
+            self.sweeps.push_back(Sweep {
                 ids,
                 keys: self.cache.keys(),
                 pos: 0,

@@ -18,7 +18,7 @@ use actix::prelude::*;
 use futures::channel::oneshot;
 use tokio::sync::watch;
 
-use super::{ListenerQueue, OverflowPolicy, SyncTracker};
+use super::{ListenerQueue, OverflowPolicy, ResyncLane, SyncTracker};
 use crate::event::{Event, EventBatch};
 
 /// Identifies one subscription of one informer.
@@ -57,6 +57,19 @@ pub struct Deliver<K>(pub Vec<Event<K>>);
 impl<K: 'static> Message for Deliver<K> {
     type Result = Result<(), ListenerGone>;
 }
+
+/// Resync notifications of a sweep (SI-11). They go to the listener's
+/// [`ResyncLane`], out of the way of real changes, and the answer comes once
+/// the lane is down to [`RESYNC_LANE_LOW`]: a sweep advances at the pace the
+/// subscriber takes it, without ever holding back real changes.
+pub struct DeliverResync<K>(pub Vec<Event<K>>);
+
+impl<K: 'static> Message for DeliverResync<K> {
+    type Result = Result<(), ListenerGone>;
+}
+
+/// A [`DeliverResync`] is answered once the resync lane holds at most this many.
+pub const RESYNC_LANE_LOW: usize = 256;
 
 /// The informer has synced: the listener syncs once its initial Adds are handled.
 #[derive(Message)]
@@ -117,6 +130,8 @@ impl Sent {
 pub struct Listener<K: Send + Sync + 'static> {
     id: SubscriberId,
     queue: ListenerQueue<K>,
+    lane: ResyncLane<K>,
+    lane_reply: Option<oneshot::Sender<Result<(), ListenerGone>>>,
     sync: SyncTracker,
     target: Target<K>,
     delivering: bool,
@@ -142,6 +157,8 @@ impl<K: Send + Sync + 'static> Listener<K> {
         Listener {
             id,
             queue: ListenerQueue::new(options.policy, options.capacity),
+            lane: ResyncLane::new(),
+            lane_reply: None,
             sync: SyncTracker::new(),
             target: target.into(),
             delivering: false,
@@ -165,6 +182,11 @@ impl<K: Send + Sync + 'static> Listener<K> {
     fn accept(&mut self, events: impl IntoIterator<Item = Event<K>>) {
         let mut events = events.into_iter();
         while let Some(event) = self.parked.pop_front().or_else(|| events.next()) {
+            if event.is_resync() {
+                self.lane.push(event);
+                continue;
+            }
+            self.lane.observe(&event);
             let initial = event.is_initial();
             match self.queue.push(event) {
                 Ok(pushed) => {
@@ -187,9 +209,10 @@ impl<K: Send + Sync + 'static> Listener<K> {
     }
 
     fn refresh_stats(&self) {
-        self.stats
-            .pending
-            .store(self.queue.len() + self.parked.len(), Ordering::Relaxed);
+        self.stats.pending.store(
+            self.queue.len() + self.lane.len() + self.parked.len(),
+            Ordering::Relaxed,
+        );
         self.stats
             .coalesced
             .store(self.queue.coalesced(), Ordering::Relaxed);
@@ -201,10 +224,12 @@ impl<K: Send + Sync + 'static> Listener<K> {
         });
     }
 
-    /// Delivers the next notification (or batch) if none is in flight.
+    /// Delivers the next notification (or batch) if none is in flight: real
+    /// changes first, then the resync lane.
     fn pump(&mut self, ctx: &mut Context<Self>) {
-        if self.delivering || self.stopping || self.queue.is_empty() {
-            if !self.delivering && self.queue.is_empty() {
+        let idle = self.queue.is_empty() && self.lane.is_empty();
+        if self.delivering || self.stopping || idle {
+            if !self.delivering && idle {
                 for w in self.idle_waiters.drain(..) {
                     let _ = w.send(());
                 }
@@ -213,17 +238,20 @@ impl<K: Send + Sync + 'static> Listener<K> {
         }
         let mut sent = Sent::default();
         let request = match &self.target {
+            // (`next_event` inlined: the target stays borrowed meanwhile.)
             Target::Each(recipient) => {
-                let Some(event) = self.queue.pop() else {
+                let Some(event) = self.queue.pop().or_else(|| self.lane.pop()) else {
                     return;
                 };
                 sent.count(&event);
                 futures::future::Either::Left(recipient.send(event))
             }
             Target::Batches { recipient, max } => {
-                let mut batch = Vec::with_capacity(self.queue.len().min((*max).max(1)));
-                while batch.len() < (*max).max(1) {
-                    let Some(event) = self.queue.pop() else {
+                let max = (*max).max(1);
+                let queued = self.queue.len() + self.lane.len();
+                let mut batch = Vec::with_capacity(queued.min(max));
+                while batch.len() < max {
+                    let Some(event) = self.queue.pop().or_else(|| self.lane.pop()) else {
                         break;
                     };
                     sent.count(&event);
@@ -232,6 +260,11 @@ impl<K: Send + Sync + 'static> Listener<K> {
                 futures::future::Either::Right(recipient.send(EventBatch(batch)))
             }
         };
+        if self.lane.len() <= RESYNC_LANE_LOW
+            && let Some(reply) = self.lane_reply.take()
+        {
+            let _ = reply.send(Ok(()));
+        }
         // Room freed: take parked notifications and release the producer.
         if !self.parked.is_empty() {
             self.accept(std::iter::empty());
@@ -284,13 +317,17 @@ impl<K: Send + Sync + 'static> Actor for Listener<K> {
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
-        if let Some(reply) = self.parked_reply.take() {
+        for reply in [self.parked_reply.take(), self.lane_reply.take()]
+            .into_iter()
+            .flatten()
+        {
             let _ = reply.send(Err(ListenerGone));
         }
         for w in self.idle_waiters.drain(..) {
             let _ = w.send(());
         }
         self.queue.clear();
+        self.lane.clear();
         self.parked.clear();
         self.refresh_stats();
     }
@@ -317,6 +354,35 @@ impl<K: Send + Sync + 'static> Handler<Deliver<K>> for Listener<K> {
     }
 }
 
+impl<K: Send + Sync + 'static> Handler<DeliverResync<K>> for Listener<K> {
+    type Result = ResponseFuture<Result<(), ListenerGone>>;
+
+    fn handle(
+        &mut self,
+        DeliverResync(events): DeliverResync<K>,
+        ctx: &mut Context<Self>,
+    ) -> Self::Result {
+        let _span = self.span.clone().entered();
+        if self.stopping {
+            return Box::pin(async { Err(ListenerGone) });
+        }
+        for event in events {
+            self.lane.push(event);
+        }
+        self.refresh_stats();
+        self.pump(ctx);
+        if let Some(earlier) = self.lane_reply.take() {
+            let _ = earlier.send(Ok(()));
+        }
+        if self.lane.len() <= RESYNC_LANE_LOW {
+            return Box::pin(async { Ok(()) });
+        }
+        let (tx, rx) = oneshot::channel();
+        self.lane_reply = Some(tx);
+        Box::pin(async move { rx.await.unwrap_or(Err(ListenerGone)) })
+    }
+}
+
 impl<K: Send + Sync + 'static> Handler<UpstreamSynced> for Listener<K> {
     type Result = ();
 
@@ -334,8 +400,12 @@ impl<K: Send + Sync + 'static> Handler<StopListener> for Listener<K> {
         let _span = self.span.clone().entered();
         self.stopping = true;
         self.queue.clear();
+        self.lane.clear();
         self.parked.clear();
-        if let Some(reply) = self.parked_reply.take() {
+        for reply in [self.parked_reply.take(), self.lane_reply.take()]
+            .into_iter()
+            .flatten()
+        {
             let _ = reply.send(Err(ListenerGone));
         }
         if !self.delivering {
@@ -490,5 +560,120 @@ mod tests {
         );
         assert_eq!(batches.concat(), names);
         assert_eq!(stats.delivered.load(Ordering::SeqCst), 10);
+    }
+
+    /// Records (key, cause, resourceVersion) of each event; waits while the gate is closed.
+    struct GatedSink {
+        seen: Arc<std::sync::Mutex<Vec<(String, Cause, String)>>>,
+        gate: watch::Receiver<bool>,
+    }
+
+    impl Actor for GatedSink {
+        type Context = Context<Self>;
+    }
+
+    impl Handler<Event<ConfigMap>> for GatedSink {
+        type Result = ResponseFuture<()>;
+
+        fn handle(&mut self, e: Event<ConfigMap>, _: &mut Context<Self>) -> Self::Result {
+            let rv = e
+                .object()
+                .and_then(|o| o.metadata.resource_version.clone())
+                .unwrap_or_default();
+            self.seen
+                .lock()
+                .unwrap()
+                .push((e.key().to_string(), e.cause(), rv));
+            let mut gate = self.gate.clone();
+            Box::pin(async move {
+                let _ = gate.wait_for(|open| *open).await;
+            })
+        }
+    }
+
+    fn at_rv(name: &str, rv: &str) -> Arc<ConfigMap> {
+        Arc::new(ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                resource_version: Some(rv.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+    }
+
+    /// Real changes overtake a resync sweep waiting in the lane; the sweep's
+    /// answer waits until the lane is low; a resync of a key that changed
+    /// meanwhile carries the newer state (never an older one than seen).
+    #[actix::test]
+    async fn real_changes_overtake_a_pending_resync_sweep() {
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (gate_tx, gate) = watch::channel(false);
+        let sink = GatedSink {
+            seen: seen.clone(),
+            gate,
+        }
+        .start();
+        let (synced, _) = watch::channel(false);
+        let listener = Listener::new(
+            SubscriberId(1),
+            sink.recipient(),
+            ListenerOptions {
+                policy: OverflowPolicy::Block,
+                capacity: 16,
+            },
+            synced,
+            Arc::new(ListenerStats::default()),
+        )
+        .start();
+        let n = RESYNC_LANE_LOW + 50;
+        let sweep = (0..n)
+            .map(|i| {
+                let o = at_rv(&format!("r{i}"), "1");
+                Event::Updated {
+                    key: format!("r{i}").as_str().into(),
+                    old: o.clone(),
+                    new: o,
+                    cause: Cause::Resync,
+                }
+            })
+            .collect();
+        let sweep_answer = listener.send(DeliverResync(sweep));
+        let changes = vec![
+            added("x"),
+            Event::Updated {
+                key: "r5".into(),
+                old: at_rv("r5", "1"),
+                new: at_rv("r5", "2"),
+                cause: Cause::Watch,
+            },
+        ];
+        let answer = tokio::time::timeout(Duration::from_secs(5), listener.send(Deliver(changes)))
+            .await
+            .expect("real changes are accepted while the sweep waits");
+        assert!(matches!(answer, Ok(Ok(()))));
+        let mut sweep_answer = Box::pin(sweep_answer);
+        assert!(
+            futures::poll!(&mut sweep_answer).is_pending(),
+            "the sweep is answered only once its lane is low"
+        );
+        gate_tx.send_replace(true);
+        let answer = tokio::time::timeout(Duration::from_secs(5), sweep_answer).await;
+        assert!(matches!(answer, Ok(Ok(Ok(())))));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while seen.lock().unwrap().len() < n + 2 {
+            assert!(tokio::time::Instant::now() < deadline, "not all delivered");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let seen = seen.lock().unwrap().clone();
+        // r0 was already with the subscriber; then the real changes, then the rest.
+        assert_eq!(seen[0].0, "r0");
+        assert_eq!(seen[1].0, "x");
+        assert_eq!(seen[2], ("r5".into(), Cause::Watch, "2".into()));
+        assert!(seen[3..].iter().all(|(_, c, _)| *c == Cause::Resync));
+        let r5: Vec<_> = seen.iter().filter(|(k, _, _)| k == "r5").collect();
+        assert_eq!(r5.len(), 2, "one change, one resync");
+        assert_eq!(r5[1].2, "2", "the resync carries the newer state");
+        assert_eq!(seen.len(), n + 2);
     }
 }

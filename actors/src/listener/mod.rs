@@ -1,9 +1,11 @@
 //! One listener per subscriber: its pending notifications and its sync state.
 
 pub mod actor;
+pub mod lane;
 pub mod queue;
 pub mod sync;
 
 pub use actor::*;
+pub use lane::ResyncLane;
 pub use queue::*;
 pub use sync::*;
