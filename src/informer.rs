@@ -183,6 +183,7 @@ where
         let options = self.reflector;
         let fifo_addr = fifo.clone();
         let reflector_span = tracing::info_span!(parent: &span, "reflector");
+        let reflector_cache = reader.clone();
         let make = move |_: &mut Context<Reflector<K>>| {
             Reflector::new(
                 source,
@@ -192,6 +193,7 @@ where
                 rv_tx,
                 reflector_stats,
             )
+            .with_cache(reflector_cache)
             .in_span(reflector_span)
         };
         let reflector_arbiter =

@@ -705,3 +705,47 @@ async fn reflector_on_its_own_thread_delivers_the_same() {
     converges(&server, &log, "view equals server after relist").await;
     informer.stop().await;
 }
+
+#[actix::test]
+async fn a_relist_keeps_the_cached_arc_of_every_unchanged_object() {
+    let server = server(10_000);
+    server.seed_configmaps("default", 200).unwrap();
+    let informer = informer(&server).page_size(50).start().unwrap();
+    let (a, log) = Recorder::start();
+    let _sub = informer
+        .subscribe(a.recipient(), SubscribeOptions::default())
+        .await
+        .unwrap();
+    informer.wait_for_sync(SYNC).await.unwrap();
+    let before = informer.store().snapshot();
+    let names: Vec<String> = server_view(&server)
+        .keys()
+        .map(|k| k.trim_start_matches("default/").to_owned())
+        .collect();
+    server.faults().stall_watches(true);
+    let mut changed = server
+        .get("", "configmaps", Some("default"), &names[0])
+        .unwrap();
+    changed["data"]["extra"] = "changed".into();
+    server
+        .update("", "configmaps", Some("default"), changed)
+        .unwrap();
+    server.faults().compact();
+    server.faults().close_all_watches();
+    server.faults().stall_watches(false);
+    converges(&server, &log, "view equals server after relist").await;
+    assert!(informer.stats().relists >= 1);
+    let after = informer.store().snapshot();
+    let changed_key = format!("default/{}", names[0]);
+    let mut reused = 0;
+    for key in after.keys() {
+        let (old, new) = (before.get(&key).unwrap(), after.get(&key).unwrap());
+        if key.to_string() == changed_key {
+            assert!(!std::sync::Arc::ptr_eq(&old, &new));
+        } else {
+            assert!(std::sync::Arc::ptr_eq(&old, &new), "{key} was copied");
+            reused += 1;
+        }
+    }
+    assert_eq!(reused, 199);
+}
