@@ -32,7 +32,14 @@ impl ObjectKey {
     /// The key of `name` in `namespace` (`None` or empty for cluster-scoped).
     pub fn new(namespace: Option<&str>, name: &str) -> Self {
         match namespace {
-            Some(ns) if !ns.is_empty() => ObjectKey(format!("{ns}/{name}").into()),
+            // Not `format!`: its machinery was 8 % of a 100k-object sync (perf).
+            Some(ns) if !ns.is_empty() => {
+                let mut key = String::with_capacity(ns.len() + 1 + name.len());
+                key.push_str(ns);
+                key.push('/');
+                key.push_str(name);
+                ObjectKey(key.into())
+            }
             _ => ObjectKey(name.into()),
         }
     }

@@ -84,13 +84,27 @@ async fn run(args: Args) -> anyhow::Result<()> {
         ),
         None => None,
     };
+    // Install the Ctrl-C handler before announcing the address (a signal
+    // registers on first poll): a SIGINT right after the announcement must
+    // stop the server cleanly, not kill it.
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    let mut interrupted = false;
+    tokio::select! {
+        biased;
+        r = &mut ctrl_c => {
+            r.context("waiting for Ctrl-C")?;
+            interrupted = true;
+        }
+        _ = std::future::ready(()) => {}
+    }
     let url = server.url();
     println!("listening on {url}");
     println!("try: kubectl --server {url} get configmaps -A");
     println!("faults: curl -X POST {url}/admin/faults/close-watches");
-    tokio::signal::ctrl_c()
-        .await
-        .context("waiting for Ctrl-C")?;
+    if !interrupted {
+        ctrl_c.await.context("waiting for Ctrl-C")?;
+    }
     if let Some(c) = churn {
         let stats = c.stop();
         println!(

@@ -261,7 +261,8 @@ impl<K: Resource + Send + Sync + 'static> Handler<Replace<K>> for DeltaFifo<K> {
         let (usable, unusable): (Vec<_>, Vec<_>) = msg
             .objects
             .into_iter()
-            .partition(|o| crate::key::ObjectKey::of(o.as_ref()).is_ok());
+            // The condition of `ObjectKey::of`, without building the key twice.
+            .partition(|o| o.meta().name.as_deref().is_some_and(|n| !n.is_empty()));
         if !unusable.is_empty() {
             tracing::warn!(
                 count = unusable.len(),
