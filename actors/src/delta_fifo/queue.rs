@@ -60,6 +60,11 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet, VecDeque};
+
+/// The queue's maps hash every key on every delta: foldhash instead of
+/// SipHash (SipHash was ~3 % of a 100k-object sync, perf). Keys come from
+/// the API server; foldhash is still randomly seeded per map.
+type Hasher = foldhash::fast::RandomState;
 use std::sync::Arc;
 
 use kube::Resource;
@@ -235,7 +240,7 @@ struct InFlight<K> {
 /// what is popped but not applied yet.
 struct Overlay<'a, K> {
     cache: &'a dyn KnownObjects<K>,
-    in_flight: &'a HashMap<ObjectKey, InFlight<K>>,
+    in_flight: &'a HashMap<ObjectKey, InFlight<K>, Hasher>,
 }
 
 impl<K> Overlay<'_, K> {
@@ -277,13 +282,13 @@ impl<K> Overlay<'_, K> {
 pub struct DeltaQueue<K> {
     emit_replaced: bool,
     /// Pending deltas per key; never an empty list (DF-1).
-    items: HashMap<ObjectKey, Vec<Delta<K>>>,
+    items: HashMap<ObjectKey, Vec<Delta<K>>, Hasher>,
     /// FIFO order of the keys of `items`, without duplicates (DF-1).
     queue: VecDeque<ObjectKey>,
     /// Popped, not yet done, per key.
-    in_flight: HashMap<ObjectKey, InFlight<K>>,
+    in_flight: HashMap<ObjectKey, InFlight<K>, Hasher>,
     /// Ids of the receipts not yet done.
-    outstanding: HashSet<u64>,
+    outstanding: HashSet<u64, Hasher>,
     next_receipt: u64,
     /// A first mutation happened (DF-15).
     populated: bool,
@@ -302,10 +307,10 @@ impl<K: Resource> DeltaQueue<K> {
     pub fn new(options: DeltaQueueOptions) -> Self {
         DeltaQueue {
             emit_replaced: options.emit_replaced,
-            items: HashMap::new(),
+            items: HashMap::default(),
             queue: VecDeque::new(),
-            in_flight: HashMap::new(),
-            outstanding: HashSet::new(),
+            in_flight: HashMap::default(),
+            outstanding: HashSet::default(),
             next_receipt: 0,
             populated: false,
             initial_unpopped: 0,
@@ -360,7 +365,8 @@ impl<K: Resource> DeltaQueue<K> {
             .collect::<Result<Vec<_>, _>>()?;
 
         // Step 1: list items, in list order.
-        let mut listed: HashSet<ObjectKey> = HashSet::with_capacity(keyed.len());
+        let mut listed: HashSet<ObjectKey, Hasher> =
+            HashSet::with_capacity_and_hasher(keyed.len(), Hasher::default());
         for (key, obj) in keyed {
             listed.insert(key.clone());
             let delta = if self.emit_replaced {

@@ -164,10 +164,19 @@ impl<K> Index<K> {
     }
 }
 
+/// The objects by key. foldhash rather than SipHash: every upsert and read
+/// hashes a key (still randomly seeded per map).
+type Items<K> = imbl::GenericHashMap<
+    ObjectKey,
+    Arc<K>,
+    foldhash::fast::RandomState,
+    imbl::shared_ptr::DefaultSharedPtr,
+>;
+
 /// Every read operation, shared by [`Cache`] (the writer's current state) and
 /// [`Snapshot`] (an immutable published state) through `Deref`.
 pub struct CacheView<K> {
-    items: imbl::HashMap<ObjectKey, Arc<K>>,
+    items: Items<K>,
     indices: BTreeMap<String, Index<K>>,
 }
 
@@ -193,7 +202,7 @@ impl<K> fmt::Debug for CacheView<K> {
 impl<K> CacheView<K> {
     fn empty() -> Self {
         CacheView {
-            items: imbl::HashMap::new(),
+            items: Items::default(),
             indices: BTreeMap::new(),
         }
     }
@@ -434,7 +443,7 @@ impl<K: Resource + Send + Sync + 'static> Cache<K> {
     /// Replaces the whole content atomically (IDX-5): a later duplicate key
     /// wins and every index is rebuilt. Returns the index failures.
     pub fn replace(&mut self, items: Vec<(ObjectKey, Arc<K>)>) -> Vec<IndexError> {
-        let items: imbl::HashMap<ObjectKey, Arc<K>> = items.into_iter().collect();
+        let items: Items<K> = items.into_iter().collect();
         let mut errors = Vec::new();
         for (name, index) in self.current.indices.iter_mut() {
             let mut values: imbl::HashMap<String, KeySet> = imbl::HashMap::new();
