@@ -216,12 +216,12 @@ impl<K: Send + Sync + 'static> Listener<K> {
         self.stats
             .coalesced
             .store(self.queue.coalesced(), Ordering::Relaxed);
-        self.synced.send_if_modified(|s| {
-            let now = self.sync.has_synced();
-            let changed = *s != now;
-            *s = now;
-            changed
-        });
+        // Read first: `send_if_modified` takes the channel's write lock on every
+        // call, and this runs once per delivery.
+        let now = self.sync.has_synced();
+        if *self.synced.borrow() != now {
+            self.synced.send_replace(now);
+        }
     }
 
     /// Delivers the next notification (or batch) if none is in flight: real
