@@ -401,8 +401,9 @@ where
         let started = Instant::now();
         let mut events = 0u64;
         let mut stream = self.source.watch(&req, true).await?;
-        let mut items: std::collections::HashMap<String, Arc<K>> = std::collections::HashMap::new();
-        let key = |o: &K| crate::key::ObjectKey::of(o).map(|k| k.to_string());
+        let mut items: std::collections::HashMap<ObjectKey, Arc<K>, foldhash::fast::RandomState> =
+            Default::default();
+        let key = |o: &K| ObjectKey::of(o);
         let cached = self.reusable();
         while let Some(event) = stream.next().await {
             events += 1;
