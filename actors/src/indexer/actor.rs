@@ -30,7 +30,8 @@ use crate::delta_fifo::{Delta, Popped};
 use crate::event::{Cause, Event};
 use crate::key::ObjectKey;
 use crate::listener::{
-    Deliver, DeliverResync, Listener, SubscriberId, UpstreamSynced as ListenerUpstreamSynced,
+    Deliver, DeliverResync, Listener, ListenerGone, SubscriberId,
+    UpstreamSynced as ListenerUpstreamSynced,
 };
 
 /// The events one listener receives from one step of work.
@@ -244,26 +245,22 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
         then: impl FnOnce(&mut Self, &mut Context<Self>) + 'static,
     ) {
         self.busy = true;
-        let sends = per_listener
-            .into_iter()
-            .filter(|(_, _, evs)| !evs.is_empty())
-            .map(|(id, addr, evs)| {
-                let fut = addr.send(Deliver(evs));
-                async move { (id, matches!(fut.await, Ok(Ok(())))) }
-            });
-        futures::future::join_all(sends)
-            .into_actor(self)
-            .map(move |results, act, ctx| {
-                for (id, ok) in results {
-                    if !ok {
-                        act.lose(id);
-                    }
-                }
-                act.busy = false;
-                then(act, ctx);
-                act.step(ctx);
-            })
-            .spawn(ctx);
+        send_each(
+            per_listener
+                .into_iter()
+                .filter(|(_, _, evs)| !evs.is_empty())
+                .map(|(id, addr, evs)| (id, addr, Deliver(evs))),
+        )
+        .into_actor(self)
+        .map(move |gone, act, ctx| {
+            for id in gone {
+                act.lose(id);
+            }
+            act.busy = false;
+            then(act, ctx);
+            act.step(ctx);
+        })
+        .spawn(ctx);
     }
 
     fn lose(&mut self, id: SubscriberId) {
@@ -395,31 +392,29 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
                 .collect();
             let done = end >= keys.len();
             self.sweeping = true;
-            let sends = targets.into_iter().map(|(id, addr)| {
-                let fut = addr.send(DeliverResync(evs.clone()));
-                async move { (id, matches!(fut.await, Ok(Ok(())))) }
-            });
-            futures::future::join_all(sends)
-                .into_actor(self)
-                .map(move |results, act, ctx| {
-                    for (id, ok) in results {
-                        if !ok {
-                            act.lose(id);
-                        }
-                    }
-                    act.sweeping = false;
-                    if done {
-                        act.sweep_done(&ids);
-                    } else {
-                        act.sweeps.push_back(Sweep {
-                            ids,
-                            keys,
-                            pos: end,
-                        });
-                    }
-                    act.step(ctx);
-                })
-                .spawn(ctx);
+            send_each(
+                targets
+                    .into_iter()
+                    .map(|(id, addr)| (id, addr, DeliverResync(evs.clone()))),
+            )
+            .into_actor(self)
+            .map(move |gone, act, ctx| {
+                for id in gone {
+                    act.lose(id);
+                }
+                act.sweeping = false;
+                if done {
+                    act.sweep_done(&ids);
+                } else {
+                    act.sweeps.push_back(Sweep {
+                        ids,
+                        keys,
+                        pos: end,
+                    });
+                }
+                act.step(ctx);
+            })
+            .spawn(ctx);
         }
     }
 
@@ -429,6 +424,29 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
             self.syncing.remove(id);
         }
     }
+}
+
+/// Sends each listener its message, all at once; resolves, once every one
+/// answered, to the ids whose listener is gone.
+fn send_each<K, M>(
+    sends: impl IntoIterator<Item = (SubscriberId, Addr<Listener<K>>, M)>,
+) -> impl std::future::Future<Output = Vec<SubscriberId>> + 'static
+where
+    K: Send + Sync + 'static,
+    M: Message<Result = Result<(), ListenerGone>> + Send + 'static,
+    Listener<K>: Handler<M>,
+    <Listener<K> as Actor>::Context: actix::dev::ToEnvelope<Listener<K>, M>,
+{
+    let answers = sends.into_iter().map(|(id, addr, msg)| {
+        let answer = addr.send(msg);
+        async move { (id, matches!(answer.await, Ok(Ok(())))) }
+    });
+    futures::FutureExt::map(futures::future::join_all(answers), |answers| {
+        answers
+            .into_iter()
+            .filter_map(|(id, ok)| (!ok).then_some(id))
+            .collect()
+    })
 }
 
 fn same_version<K: Resource>(a: &K, b: &K) -> bool {
