@@ -94,6 +94,9 @@ where
     }
 
     /// Applied once to every object before it is cached and shared (e.g. drop `managedFields`).
+    /// It must be deterministic: a relist keeps the cached (transformed) object
+    /// of every object whose resourceVersion did not change, without running
+    /// the transform again.
     pub fn transform(mut self, f: impl Fn(K) -> K + Send + Sync + 'static) -> Self {
         self.transform = Some(Arc::new(f));
         self

@@ -59,17 +59,15 @@ impl<K: 'static> Message for Deliver<K> {
 }
 
 /// Resync notifications of a sweep (SI-11). They go to the listener's
-/// [`ResyncLane`], out of the way of real changes, and the answer comes once
-/// the lane is down to [`RESYNC_LANE_LOW`]: a sweep advances at the pace the
-/// subscriber takes it, without ever holding back real changes.
+/// [`ResyncLane`], out of the way of real changes, and are answered at once:
+/// the lane holds at most one notification per object, so a sweep never
+/// waits for a busy subscriber (nor holds up other subscribers' sweeps), and
+/// a subscriber that cannot keep up gets one resync per object, merged.
 pub struct DeliverResync<K>(pub Vec<Event<K>>);
 
 impl<K: 'static> Message for DeliverResync<K> {
     type Result = Result<(), ListenerGone>;
 }
-
-/// A [`DeliverResync`] is answered once the resync lane holds at most this many.
-pub const RESYNC_LANE_LOW: usize = 256;
 
 /// The informer has synced: the listener syncs once its initial Adds are handled.
 #[derive(Message)]
@@ -131,7 +129,8 @@ pub struct Listener<K: Send + Sync + 'static> {
     id: SubscriberId,
     queue: ListenerQueue<K>,
     lane: ResyncLane<K>,
-    lane_reply: Option<oneshot::Sender<Result<(), ListenerGone>>>,
+    /// Reused buffer of the notifications taken for one handler call.
+    outbox: Vec<Event<K>>,
     sync: SyncTracker,
     target: Target<K>,
     delivering: bool,
@@ -158,7 +157,7 @@ impl<K: Send + Sync + 'static> Listener<K> {
             id,
             queue: ListenerQueue::new(options.policy, options.capacity),
             lane: ResyncLane::new(),
-            lane_reply: None,
+            outbox: Vec::new(),
             sync: SyncTracker::new(),
             target: target.into(),
             delivering: false,
@@ -224,6 +223,22 @@ impl<K: Send + Sync + 'static> Listener<K> {
         }
     }
 
+    /// The next notification: real changes first (parked ones included, so
+    /// a resync never overtakes a real change it has not seen), then the
+    /// resync lane.
+    fn next_event(&mut self) -> Option<Event<K>> {
+        if let Some(event) = self.queue.pop() {
+            return Some(event);
+        }
+        if !self.parked.is_empty() {
+            self.accept(std::iter::empty());
+            if let Some(event) = self.queue.pop() {
+                return Some(event);
+            }
+        }
+        self.lane.pop()
+    }
+
     /// Delivers the next notification (or batch) if none is in flight: real
     /// changes first, then the resync lane.
     fn pump(&mut self, ctx: &mut Context<Self>) {
@@ -236,35 +251,32 @@ impl<K: Send + Sync + 'static> Listener<K> {
             }
             return;
         }
+        let max = match &self.target {
+            Target::Each(_) => 1,
+            Target::Batches { max, .. } => (*max).max(1),
+        };
         let mut sent = Sent::default();
+        let mut batch = std::mem::take(&mut self.outbox);
+        while batch.len() < max {
+            let Some(event) = self.next_event() else {
+                break;
+            };
+            sent.count(&event);
+            batch.push(event);
+        }
         let request = match &self.target {
-            // (`next_event` inlined: the target stays borrowed meanwhile.)
-            Target::Each(recipient) => {
-                let Some(event) = self.queue.pop().or_else(|| self.lane.pop()) else {
-                    return;
-                };
-                sent.count(&event);
-                futures::future::Either::Left(recipient.send(event))
-            }
-            Target::Batches { recipient, max } => {
-                let max = (*max).max(1);
-                let queued = self.queue.len() + self.lane.len();
-                let mut batch = Vec::with_capacity(queued.min(max));
-                while batch.len() < max {
-                    let Some(event) = self.queue.pop().or_else(|| self.lane.pop()) else {
-                        break;
-                    };
-                    sent.count(&event);
-                    batch.push(event);
+            Target::Each(recipient) => match batch.pop() {
+                Some(event) => {
+                    self.outbox = batch;
+                    futures::future::Either::Left(recipient.send(event))
                 }
+                None => return,
+            },
+            Target::Batches { recipient, .. } if !batch.is_empty() => {
                 futures::future::Either::Right(recipient.send(EventBatch(batch)))
             }
+            Target::Batches { .. } => return,
         };
-        if self.lane.len() <= RESYNC_LANE_LOW
-            && let Some(reply) = self.lane_reply.take()
-        {
-            let _ = reply.send(Ok(()));
-        }
         // Room freed: take parked notifications and release the producer.
         if !self.parked.is_empty() {
             self.accept(std::iter::empty());
@@ -317,10 +329,7 @@ impl<K: Send + Sync + 'static> Actor for Listener<K> {
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
-        for reply in [self.parked_reply.take(), self.lane_reply.take()]
-            .into_iter()
-            .flatten()
-        {
+        if let Some(reply) = self.parked_reply.take() {
             let _ = reply.send(Err(ListenerGone));
         }
         for w in self.idle_waiters.drain(..) {
@@ -371,15 +380,7 @@ impl<K: Send + Sync + 'static> Handler<DeliverResync<K>> for Listener<K> {
         }
         self.refresh_stats();
         self.pump(ctx);
-        if let Some(earlier) = self.lane_reply.take() {
-            let _ = earlier.send(Ok(()));
-        }
-        if self.lane.len() <= RESYNC_LANE_LOW {
-            return Box::pin(async { Ok(()) });
-        }
-        let (tx, rx) = oneshot::channel();
-        self.lane_reply = Some(tx);
-        Box::pin(async move { rx.await.unwrap_or(Err(ListenerGone)) })
+        Box::pin(async { Ok(()) })
     }
 }
 
@@ -402,10 +403,7 @@ impl<K: Send + Sync + 'static> Handler<StopListener> for Listener<K> {
         self.queue.clear();
         self.lane.clear();
         self.parked.clear();
-        for reply in [self.parked_reply.take(), self.lane_reply.take()]
-            .into_iter()
-            .flatten()
-        {
+        if let Some(reply) = self.parked_reply.take() {
             let _ = reply.send(Err(ListenerGone));
         }
         if !self.delivering {
@@ -591,6 +589,104 @@ mod tests {
         }
     }
 
+    impl Handler<EventBatch<ConfigMap>> for GatedSink {
+        type Result = ResponseFuture<()>;
+
+        fn handle(&mut self, batch: EventBatch<ConfigMap>, _: &mut Context<Self>) -> Self::Result {
+            for e in batch.0 {
+                let rv = e
+                    .object()
+                    .and_then(|o| o.metadata.resource_version.clone())
+                    .unwrap_or_default();
+                self.seen
+                    .lock()
+                    .unwrap()
+                    .push((e.key().to_string(), e.cause(), rv));
+            }
+            let mut gate = self.gate.clone();
+            Box::pin(async move {
+                let _ = gate.wait_for(|open| *open).await;
+            })
+        }
+    }
+
+    /// Regression (review): a batch that drained a full Block queue used to
+    /// go on into the resync lane while real changes were still parked, so a
+    /// resync could overtake a real change of the same key.
+    #[actix::test]
+    async fn a_batch_takes_parked_real_changes_before_the_resync_lane() {
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (gate_tx, gate) = watch::channel(false);
+        let sink = GatedSink {
+            seen: seen.clone(),
+            gate,
+        }
+        .start();
+        let (synced, _) = watch::channel(false);
+        let listener = Listener::new(
+            SubscriberId(1),
+            Target::Batches {
+                recipient: sink.recipient(),
+                max: 8,
+            },
+            ListenerOptions {
+                policy: OverflowPolicy::Block,
+                capacity: 2,
+            },
+            synced,
+            Arc::new(ListenerStats::default()),
+        )
+        .start();
+        // In flight, held by the gate.
+        listener
+            .send(Deliver(vec![added("a0")]))
+            .await
+            .unwrap()
+            .unwrap();
+        let s1 = at_rv("k", "1");
+        listener
+            .send(DeliverResync(vec![Event::Updated {
+                key: "k".into(),
+                old: s1.clone(),
+                new: s1.clone(),
+                cause: Cause::Resync,
+            }]))
+            .await
+            .unwrap()
+            .unwrap();
+        // Two fit; the change of k and x3 are parked (the answer waits).
+        let changes = vec![
+            added("x1"),
+            added("x2"),
+            Event::Updated {
+                key: "k".into(),
+                old: s1,
+                new: at_rv("k", "2"),
+                cause: Cause::Watch,
+            },
+            added("x3"),
+        ];
+        let parked = listener.send(Deliver(changes));
+        gate_tx.send_replace(true);
+        let answer = tokio::time::timeout(Duration::from_secs(5), parked).await;
+        assert!(matches!(answer, Ok(Ok(Ok(())))));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while seen.lock().unwrap().len() < 6 {
+            assert!(tokio::time::Instant::now() < deadline, "not all delivered");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let seen = seen.lock().unwrap().clone();
+        let k: Vec<_> = seen.iter().filter(|(key, _, _)| key == "k").collect();
+        assert_eq!(
+            k,
+            vec![
+                &("k".to_string(), Cause::Watch, "2".to_string()),
+                &("k".to_string(), Cause::Resync, "2".to_string())
+            ],
+            "{seen:?}"
+        );
+    }
+
     fn at_rv(name: &str, rv: &str) -> Arc<ConfigMap> {
         Arc::new(ConfigMap {
             metadata: ObjectMeta {
@@ -602,9 +698,9 @@ mod tests {
         })
     }
 
-    /// Real changes overtake a resync sweep waiting in the lane; the sweep's
-    /// answer waits until the lane is low; a resync of a key that changed
-    /// meanwhile carries the newer state (never an older one than seen).
+    /// Real changes overtake a resync sweep waiting in the lane; a resync of
+    /// a key that changed meanwhile carries the newer state (never an older
+    /// one than seen).
     #[actix::test]
     async fn real_changes_overtake_a_pending_resync_sweep() {
         let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -626,7 +722,7 @@ mod tests {
             Arc::new(ListenerStats::default()),
         )
         .start();
-        let n = RESYNC_LANE_LOW + 50;
+        let n = 300;
         let sweep = (0..n)
             .map(|i| {
                 let o = at_rv(&format!("r{i}"), "1");
@@ -638,7 +734,11 @@ mod tests {
                 }
             })
             .collect();
-        let sweep_answer = listener.send(DeliverResync(sweep));
+        // Answered at once although the subscriber is stalled: a sweep never
+        // waits for one subscriber (the lane holds one resync per object).
+        let sweep_answer =
+            tokio::time::timeout(Duration::from_secs(5), listener.send(DeliverResync(sweep))).await;
+        assert!(matches!(sweep_answer, Ok(Ok(Ok(())))));
         let changes = vec![
             added("x"),
             Event::Updated {
@@ -652,14 +752,7 @@ mod tests {
             .await
             .expect("real changes are accepted while the sweep waits");
         assert!(matches!(answer, Ok(Ok(()))));
-        let mut sweep_answer = Box::pin(sweep_answer);
-        assert!(
-            futures::poll!(&mut sweep_answer).is_pending(),
-            "the sweep is answered only once its lane is low"
-        );
         gate_tx.send_replace(true);
-        let answer = tokio::time::timeout(Duration::from_secs(5), sweep_answer).await;
-        assert!(matches!(answer, Ok(Ok(Ok(())))));
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         while seen.lock().unwrap().len() < n + 2 {
             assert!(tokio::time::Instant::now() < deadline, "not all delivered");

@@ -24,15 +24,18 @@ pub struct ResyncLane<K> {
     /// entry whose number no longer matches `pending` is stale (dropped by a
     /// delete, maybe pushed again since) and skipped.
     order: VecDeque<(u64, ObjectKey)>,
-    pending: HashMap<ObjectKey, (u64, Event<K>)>,
+    pending: HashMap<ObjectKey, (u64, Event<K>), foldhash::fast::RandomState>,
     next_seq: u64,
 }
+
+/// Stale `order` entries tolerated before it is compacted (beyond `pending.len()`).
+const COMPACT_MIN_STALE: usize = 64;
 
 impl<K> Default for ResyncLane<K> {
     fn default() -> Self {
         ResyncLane {
             order: VecDeque::new(),
-            pending: HashMap::new(),
+            pending: HashMap::default(),
             next_seq: 0,
         }
     }
@@ -67,7 +70,9 @@ impl<K> ResyncLane<K> {
         let key = event.key();
         match event {
             Event::Deleted { .. } => {
-                self.pending.remove(key);
+                if self.pending.remove(key).is_some() {
+                    self.compact_if_needed();
+                }
             }
             Event::Added { object: latest, .. } | Event::Updated { new: latest, .. } => {
                 if let Some((_, pending)) = self.pending.get_mut(key) {
@@ -79,6 +84,17 @@ impl<K> ResyncLane<K> {
                     };
                 }
             }
+        }
+    }
+
+    /// Drops stale `order` entries once they outnumber the live ones (plus a
+    /// margin): with deletes under way and no pops (a busy subscriber),
+    /// `order` would otherwise grow with every delete.
+    fn compact_if_needed(&mut self) {
+        if self.order.len() > 2 * self.pending.len() + COMPACT_MIN_STALE {
+            let pending = &self.pending;
+            self.order
+                .retain(|(seq, key)| pending.get(key).is_some_and(|(s, _)| s == seq));
         }
     }
 
@@ -179,6 +195,27 @@ mod tests {
         lane.push(resync("a", 7));
         assert_eq!(state(&lane.pop().unwrap()).0, "b");
         assert_eq!(state(&lane.pop().unwrap()), ("a".into(), 7, Cause::Resync));
+        assert!(lane.pop().is_none());
+    }
+
+    #[test]
+    fn deletes_without_pops_do_not_grow_the_order() {
+        let mut lane = ResyncLane::new();
+        for round in 0..1_000u32 {
+            lane.push(resync("a", round));
+            lane.observe(&Event::Deleted {
+                key: "a".into(),
+                object: DeletedObject::Final(Arc::new(round)),
+                cause: Cause::Watch,
+            });
+        }
+        lane.push(resync("b", 1));
+        assert!(
+            lane.order.len() <= COMPACT_MIN_STALE + 2,
+            "{}",
+            lane.order.len()
+        );
+        assert_eq!(state(&lane.pop().unwrap()), ("b".into(), 1, Cause::Resync));
         assert!(lane.pop().is_none());
     }
 

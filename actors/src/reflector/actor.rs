@@ -200,6 +200,18 @@ where
     }
 }
 
+/// The cached object under `key`, when it has `obj`'s (non-empty) resourceVersion.
+fn unchanged<K: Resource>(cache: &Snapshot<K>, key: &ObjectKey, obj: &K) -> Option<Arc<K>> {
+    let rv = obj
+        .meta()
+        .resource_version
+        .as_deref()
+        .filter(|rv| !rv.is_empty())?;
+    cache
+        .get(key)
+        .filter(|old| old.meta().resource_version.as_deref() == Some(rv))
+}
+
 fn jitter() -> f64 {
     rand::random::<f64>()
 }
@@ -237,11 +249,8 @@ where
     /// the same key at the same (non-empty) resourceVersion.
     fn share_listed(&self, obj: K, cached: Option<&Snapshot<K>>) -> Arc<K> {
         if let Some(snapshot) = cached
-            && let Some(rv) = obj.meta().resource_version.as_deref()
-            && !rv.is_empty()
             && let Ok(key) = ObjectKey::of(&obj)
-            && let Some(old) = snapshot.get(&key)
-            && old.meta().resource_version.as_deref() == Some(rv)
+            && let Some(old) = unchanged(snapshot, &key, &obj)
         {
             return old;
         }
@@ -410,7 +419,11 @@ where
             match event? {
                 SourceEvent::Added(o) | SourceEvent::Modified(o) => {
                     if let Ok(k) = key(&o) {
-                        items.insert(k, self.share_listed(o, cached.as_ref()));
+                        let shared = cached
+                            .as_ref()
+                            .and_then(|c| unchanged(c, &k, &o))
+                            .unwrap_or_else(|| self.share(o));
+                        items.insert(k, shared);
                         self.stats
                             .list_progress
                             .store(items.len() as u64, Ordering::Relaxed);

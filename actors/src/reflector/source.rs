@@ -129,11 +129,15 @@ where
     async fn prefetch(&self, first: &ListParams, token: String, body: Vec<u8>) -> Prefetch {
         let this = self.clone();
         let lp = continue_params(first, token.clone());
-        let task = tokio::spawn(async move { this.fetch_page(&lp, body).await });
+        // Built before yielding: if the list is dropped meanwhile, the fetch is aborted.
+        let prefetch = Prefetch {
+            token,
+            task: tokio::spawn(async move { this.fetch_page(&lp, body).await }),
+        };
         for _ in 0..4 {
             tokio::task::yield_now().await;
         }
-        Prefetch { token, task }
+        prefetch
     }
 
     /// A paginated list, calling `progress(items_so_far, total_hint)` after each page.
@@ -227,8 +231,10 @@ where
                 total_hint = page
                     .remaining_item_count
                     .map(|r| r.max(0) as u64 + page.items.len() as u64);
+                // The hint comes from the server: capped, so a wild value
+                // cannot abort the process on allocation.
                 if let Some(total) = total_hint {
-                    items.reserve(usize::try_from(total).unwrap_or(0));
+                    items.reserve(usize::try_from(total).unwrap_or(0).min(1 << 20));
                 }
             }
             let next = page.continue_token.clone().filter(|c| !c.is_empty());
