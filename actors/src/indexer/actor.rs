@@ -14,8 +14,9 @@
 //! - A resync replays the current cache, in chunks, to the subscribers that
 //!   are due, and only to them. Chunks go to the listeners' resync lanes
 //!   ([`DeliverResync`]) beside the batches, one chunk in flight at a time:
-//!   a sweep never makes a real change wait, and (lanes answer at once,
-//!   holding one resync per object) never waits for a busy subscriber.
+//!   a sweep advances at the pace its subscribers take it, never makes a
+//!   real change wait, and a stalled subscriber slows it but never stops it
+//!   ([`RESYNC_HOLD_MAX`](crate::listener::RESYNC_HOLD_MAX)).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
