@@ -172,20 +172,7 @@ async fn compaction_forces_relist_with_tombstones_and_no_update_storm() {
 
     // The watch sees nothing while we delete one object and change another,
     // then history is compacted and the watch closed: resuming gets a 410.
-    server.faults().stall_watches(true);
-    server
-        .delete("", "configmaps", Some("default"), &names[0])
-        .unwrap();
-    let mut changed = server
-        .get("", "configmaps", Some("default"), &names[1])
-        .unwrap();
-    changed["data"]["extra"] = "changed".into();
-    server
-        .update("", "configmaps", Some("default"), changed)
-        .unwrap();
-    server.faults().compact();
-    server.faults().close_all_watches();
-    server.faults().stall_watches(false);
+    change_during_outage(&server, Some(&names[0]), &names[1]);
 
     converges(&server, &log, "view equals server after relist").await;
     assert!(informer.stats().relists >= 1);
@@ -722,17 +709,7 @@ async fn a_relist_keeps_the_cached_arc_of_every_unchanged_object() {
         .keys()
         .map(|k| k.trim_start_matches("default/").to_owned())
         .collect();
-    server.faults().stall_watches(true);
-    let mut changed = server
-        .get("", "configmaps", Some("default"), &names[0])
-        .unwrap();
-    changed["data"]["extra"] = "changed".into();
-    server
-        .update("", "configmaps", Some("default"), changed)
-        .unwrap();
-    server.faults().compact();
-    server.faults().close_all_watches();
-    server.faults().stall_watches(false);
+    change_during_outage(&server, None, &names[0]);
     converges(&server, &log, "view equals server after relist").await;
     assert!(informer.stats().relists >= 1);
     let after = informer.store().snapshot();

@@ -248,3 +248,25 @@ pub async fn converges(server: &ServerHandle, log: &Arc<Mutex<Log>>, what: &str)
     })
     .await;
 }
+
+/// An outage the watch cannot see: watches stall while `delete` (if any) is
+/// deleted and `update` changed, then history is compacted and the watches
+/// closed, so resuming gets a 410 and the informer relists.
+pub fn change_during_outage(server: &ServerHandle, delete: Option<&str>, update: &str) {
+    server.faults().stall_watches(true);
+    if let Some(name) = delete {
+        server
+            .delete("", "configmaps", Some("default"), name)
+            .unwrap();
+    }
+    let mut changed = server
+        .get("", "configmaps", Some("default"), update)
+        .unwrap();
+    changed["data"]["extra"] = "changed".into();
+    server
+        .update("", "configmaps", Some("default"), changed)
+        .unwrap();
+    server.faults().compact();
+    server.faults().close_all_watches();
+    server.faults().stall_watches(false);
+}

@@ -624,10 +624,8 @@ mod tests {
         type Context = Context<Self>;
     }
 
-    impl Handler<Event<ConfigMap>> for GatedSink {
-        type Result = ResponseFuture<()>;
-
-        fn handle(&mut self, e: Event<ConfigMap>, _: &mut Context<Self>) -> Self::Result {
+    impl GatedSink {
+        fn record(&self, e: &Event<ConfigMap>) {
             let rv = e
                 .object()
                 .and_then(|o| o.metadata.resource_version.clone())
@@ -636,10 +634,40 @@ mod tests {
                 .lock()
                 .unwrap()
                 .push((e.key().to_string(), e.cause(), rv));
+        }
+
+        /// The handler's answer: once the gate is open.
+        fn gate(&self) -> ResponseFuture<()> {
             let mut gate = self.gate.clone();
             Box::pin(async move {
                 let _ = gate.wait_for(|open| *open).await;
             })
+        }
+
+        /// A gated sink (closed) and what it records.
+        #[allow(clippy::type_complexity)]
+        fn start_closed() -> (
+            Addr<GatedSink>,
+            Arc<std::sync::Mutex<Vec<(String, Cause, String)>>>,
+            watch::Sender<bool>,
+        ) {
+            let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+            let (gate_tx, gate) = watch::channel(false);
+            let sink = GatedSink {
+                seen: seen.clone(),
+                gate,
+            }
+            .start();
+            (sink, seen, gate_tx)
+        }
+    }
+
+    impl Handler<Event<ConfigMap>> for GatedSink {
+        type Result = ResponseFuture<()>;
+
+        fn handle(&mut self, e: Event<ConfigMap>, _: &mut Context<Self>) -> Self::Result {
+            self.record(&e);
+            self.gate()
         }
     }
 
@@ -647,20 +675,10 @@ mod tests {
         type Result = ResponseFuture<()>;
 
         fn handle(&mut self, batch: EventBatch<ConfigMap>, _: &mut Context<Self>) -> Self::Result {
-            for e in batch.0 {
-                let rv = e
-                    .object()
-                    .and_then(|o| o.metadata.resource_version.clone())
-                    .unwrap_or_default();
-                self.seen
-                    .lock()
-                    .unwrap()
-                    .push((e.key().to_string(), e.cause(), rv));
+            for e in &batch.0 {
+                self.record(e);
             }
-            let mut gate = self.gate.clone();
-            Box::pin(async move {
-                let _ = gate.wait_for(|open| *open).await;
-            })
+            self.gate()
         }
     }
 
@@ -669,13 +687,7 @@ mod tests {
     /// resync could overtake a real change of the same key.
     #[actix::test]
     async fn a_batch_takes_parked_real_changes_before_the_resync_lane() {
-        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let (gate_tx, gate) = watch::channel(false);
-        let sink = GatedSink {
-            seen: seen.clone(),
-            gate,
-        }
-        .start();
+        let (sink, seen, gate_tx) = GatedSink::start_closed();
         let (synced, _) = watch::channel(false);
         let listener = Listener::new(
             SubscriberId(1),
@@ -758,13 +770,7 @@ mod tests {
     /// the newer state.
     #[actix::test]
     async fn real_changes_overtake_a_pending_resync_sweep() {
-        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let (gate_tx, gate) = watch::channel(false);
-        let sink = GatedSink {
-            seen: seen.clone(),
-            gate,
-        }
-        .start();
+        let (sink, seen, gate_tx) = GatedSink::start_closed();
         let (synced, _) = watch::channel(false);
         let listener = Listener::new(
             SubscriberId(1),
