@@ -580,6 +580,18 @@ impl Store {
                 if !count_remaining {
                     break;
                 }
+                if overrides.is_empty() {
+                    // Nothing changed since `read_rv`: the rest is every key after this
+                    // one in scope, counted without reading the records. Visiting each
+                    // record cost ~70 ns (a cache miss), 3.7 ms per page at 100k objects.
+                    let upper = match ns {
+                        Some(ns) => Bound::Excluded(ObjKey::new(&format!("{ns}\0"), "")),
+                        None => Bound::Unbounded,
+                    };
+                    remaining =
+                        1 + map.range((Bound::Excluded(rec.key.clone()), upper)).count() as u64;
+                    break;
+                }
                 remaining += 1;
                 continue;
             }
@@ -801,6 +813,59 @@ mod tests {
         assert_eq!(names, vec!["c2", "c3", "c4"]);
         assert_eq!(p2.items[0].labels["app"], "x");
         assert!(p2.continue_token.is_none());
+    }
+
+    #[test]
+    fn remaining_item_count_with_and_without_changes_since_the_first_page() {
+        let (s, res) = store(1000);
+        for ns in ["a", "b", "c"] {
+            for i in 0..30 {
+                s.create(res, Some(ns), cm(&format!("o{i:02}"), "x"), false)
+                    .unwrap();
+            }
+        }
+        let in_b = ObjectFilter {
+            namespace: Some("b".into()),
+            ..Default::default()
+        };
+        // Paging through namespace "b" and through everything, nothing changing.
+        for (filter, total) in [(&in_b, 30u64), (&all(), 90)] {
+            let mut seen = 0u64;
+            let mut page = s.list(res, filter, None, Some(7), None).unwrap();
+            loop {
+                seen += page.items.len() as u64;
+                let Some(token) = page.continue_token.as_deref() else {
+                    assert_eq!(page.remaining, None);
+                    break;
+                };
+                assert_eq!(page.remaining, Some(total - seen), "after {seen}");
+                let tok = ContinueToken::decode(token).unwrap();
+                page = s
+                    .list(res, filter, Some(tok.rv), Some(7), Some(&tok.start_after))
+                    .unwrap();
+            }
+            assert_eq!(seen, total);
+        }
+        // A later page at the first page's RV counts as of that RV.
+        let p1 = s.list(res, &in_b, None, Some(7), None).unwrap();
+        assert_eq!(p1.remaining, Some(23));
+        let tok = ContinueToken::decode(p1.continue_token.as_deref().unwrap()).unwrap();
+        s.delete(
+            res,
+            &ObjKey::new("b", "o20"),
+            &DeletePreconditions::default(),
+            false,
+        )
+        .unwrap();
+        s.create(res, Some("b"), cm("o99", "x"), false).unwrap();
+        s.create(res, Some("b"), cm("o98", "x"), false).unwrap();
+        let p2 = s
+            .list(res, &in_b, Some(tok.rv), Some(7), Some(&tok.start_after))
+            .unwrap();
+        assert_eq!(p2.remaining, Some(16));
+        // And a fresh list sees the changes.
+        let now = s.list(res, &in_b, None, Some(7), None).unwrap();
+        assert_eq!(now.remaining, Some(24));
     }
 
     #[test]

@@ -188,6 +188,9 @@ pub struct ChildSpec {
     pub subscribers: Vec<SubSpec>,
     /// Capacity of each kinformer subscriber queue and of kube-runtime's shared-store buffer.
     pub capacity: usize,
+    /// Non-zero: subscribers only count this many watch updates (throughput runs).
+    #[serde(default)]
+    pub count_to: u64,
 }
 
 /// A command from the parent.

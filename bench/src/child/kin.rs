@@ -12,7 +12,7 @@ use kinformer_actors::Object;
 use kube::Api;
 
 use super::Under;
-use crate::objects::{seed_index, written_at};
+use crate::objects::seed_index;
 use crate::probe::Probe;
 use crate::proto::{ChildSpec, Policy, Stall, Strip, SubSpec};
 
@@ -66,10 +66,7 @@ impl Recorder {
                 new: object,
                 cause: Cause::Watch,
                 ..
-            } => match written_at(object.meta().annotations.as_ref()) {
-                Some(ts) => p.stamped(ts),
-                None => p.count(&p.other),
-            },
+            } => p.watch_update(object.meta().annotations.as_ref()),
             Event::Updated {
                 key,
                 cause: Cause::Resync,
@@ -127,7 +124,7 @@ pub async fn start<K: Object>(api: Api<K>, spec: &ChildSpec) -> anyhow::Result<K
     let mut subs = Vec::new();
     let mut probes = Vec::new();
     for s in &spec.subscribers {
-        let probe = Arc::new(Probe::new(resync_tracking(spec, s)));
+        let probe = Arc::new(Probe::new(resync_tracking(spec, s)).count_to(spec.count_to));
         let actor = Recorder {
             probe: probe.clone(),
             stall: s.stall,

@@ -16,7 +16,6 @@ use kube_runtime::{WatchStreamExt, watcher as watch_fn};
 use serde::de::DeserializeOwned;
 
 use super::Under;
-use crate::objects::{now_nanos, written_at};
 use crate::probe::Probe;
 use crate::proto::{ChildSpec, Strip};
 
@@ -70,7 +69,7 @@ pub fn start<K: KrtObject>(api: Api<K>, spec: &ChildSpec) -> KrtUnder<K> {
     } else {
         let (reader, writer) = reflector::store_shared(spec.capacity);
         for s in &spec.subscribers {
-            let probe = Arc::new(Probe::new(None));
+            let probe = Arc::new(Probe::new(None).count_to(spec.count_to));
             probes.push(probe.clone());
             if let Some(handle) = writer.subscribe() {
                 let stall = s.stall;
@@ -122,12 +121,7 @@ fn record<K: Resource>(probe: &Probe, obj: &Arc<K>) {
         probe.initial.fetch_add(1, Ordering::Relaxed);
         return;
     }
-    let begin_wall =
-        now_nanos().saturating_sub(probe.began().map_or(0, |b| b.elapsed().as_nanos() as u64));
-    match written_at(obj.meta().annotations.as_ref()) {
-        Some(ts) if ts >= begin_wall => probe.stamped(ts),
-        _ => probe.count(&probe.other),
-    }
+    probe.watch_update(obj.meta().annotations.as_ref());
 }
 
 impl<K: KrtObject> Under for KrtUnder<K> {

@@ -184,6 +184,7 @@ pub fn spec(
         page_size: 500,
         subscribers,
         capacity: 1024,
+        count_to: 0,
     }
 }
 
