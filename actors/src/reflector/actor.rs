@@ -212,12 +212,12 @@ fn unchanged<K: Resource>(cache: &Snapshot<K>, key: &ObjectKey, obj: &K) -> Opti
         .filter(|old| old.meta().resource_version.as_deref() == Some(rv))
 }
 
-/// The items not deleted after they arrived: `deleted_at` holds, per key, the
-/// number of items received before its latest delete.
-fn without_deleted<K: Resource>(
-    items: Vec<Arc<K>>,
-    deleted_at: &std::collections::HashMap<ObjectKey, usize, foldhash::fast::RandomState>,
-) -> Vec<Arc<K>> {
+/// Per key deleted during a streaming list, the number of items received
+/// before its latest delete.
+type DeletedAt = std::collections::HashMap<ObjectKey, usize, foldhash::fast::RandomState>;
+
+/// The items not deleted after they arrived.
+fn without_deleted<K: Resource>(items: Vec<Arc<K>>, deleted_at: &DeletedAt) -> Vec<Arc<K>> {
     items
         .into_iter()
         .enumerate()
@@ -436,11 +436,7 @@ where
         // does (DF-T19); a delete before the end bookmark, which real servers
         // do not send, is applied at the end.
         let mut items: Vec<Arc<K>> = Vec::new();
-        let mut deleted_at: std::collections::HashMap<
-            ObjectKey,
-            usize,
-            foldhash::fast::RandomState,
-        > = Default::default();
+        let mut deleted_at = DeletedAt::default();
         let cached = self.reusable();
         while let Some(event) = stream.next().await {
             events += 1;
@@ -675,11 +671,7 @@ mod tests {
             cm("a", "2"),
             cm("b", "2"),
         ];
-        let mut deleted_at: std::collections::HashMap<
-            ObjectKey,
-            usize,
-            foldhash::fast::RandomState,
-        > = Default::default();
+        let mut deleted_at = DeletedAt::default();
         deleted_at.insert(ObjectKey::new(Some("ns"), "a"), 2);
         deleted_at.insert(ObjectKey::new(Some("ns"), "c"), 4);
         let kept: Vec<(String, String)> = without_deleted(items, &deleted_at)
