@@ -359,6 +359,27 @@ where
             .await
     }
 
+    /// Subscribes an actor whose handler finishes its work inside `handle`
+    /// (`Result = ()`), with the same guarantees as [`Informer::subscribe`]:
+    /// one event per call, in order. Up to [`SubscribeOptions::pipeline`]
+    /// events wait in its mailbox, so the subscriber takes them without a
+    /// round trip per event; [`Informer::subscribe`] sends the next event only
+    /// when the previous call returned, which async handlers need.
+    pub async fn subscribe_pipelined<A>(
+        &self,
+        subscriber: &Addr<A>,
+        options: SubscribeOptions,
+    ) -> Result<Subscription<K>, InformerError>
+    where
+        A: Actor<Context = Context<A>> + Handler<Event<K>, Result = ()>,
+    {
+        let target = Target::Pipelined {
+            recipient: subscriber.clone().recipient(),
+            depth: options.pipeline,
+        };
+        self.subscribe_target(target, options).await
+    }
+
     /// Subscribes an actor that handles [`EventBatch`]es of up to
     /// [`SubscribeOptions::batch_size`] events per call, with the same
     /// guarantees as [`Informer::subscribe`]. For subscribers that keep up with

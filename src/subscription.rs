@@ -25,6 +25,9 @@ pub struct SubscribeOptions {
     pub capacity: usize,
     /// Most events per [`EventBatch`](crate::EventBatch) ([`Informer::subscribe_batches`](crate::Informer::subscribe_batches) only).
     pub batch_size: usize,
+    /// Most events in the subscriber's mailbox at once
+    /// ([`Informer::subscribe_pipelined`](crate::Informer::subscribe_pipelined) only).
+    pub pipeline: usize,
 }
 
 impl Default for SubscribeOptions {
@@ -34,6 +37,7 @@ impl Default for SubscribeOptions {
             policy: OverflowPolicy::Block,
             capacity: 1024,
             batch_size: 256,
+            pipeline: 8,
         }
     }
 }
@@ -60,6 +64,14 @@ impl SubscribeOptions {
     /// Most events per batch for batched subscriptions (at least 1).
     pub fn batch_size(mut self, batch_size: usize) -> Self {
         self.batch_size = batch_size.max(1);
+        self
+    }
+
+    /// Most events sent to a pipelined subscriber and not yet handled (at
+    /// least 1). Deeper means fewer wake-ups per event; events already sent
+    /// are no longer merged by `Coalesce` nor dropped by an unsubscribe.
+    pub fn pipeline(mut self, depth: usize) -> Self {
+        self.pipeline = depth.max(1);
         self
     }
 }
@@ -114,7 +126,8 @@ impl<K: Object> Subscription<K> {
     }
 
     /// Ends the subscription and waits for the handler call in progress to
-    /// return; pending notifications are dropped (SI-12, SI-13).
+    /// return; pending notifications are dropped (SI-12, SI-13). A pipelined
+    /// subscriber first handles the events already in its mailbox.
     pub async fn unsubscribe(self) {
         self.indexer.do_send(Unsubscribe(self.id));
         self.resync.do_send(CancelResync(self.id));

@@ -669,6 +669,64 @@ async fn batched_subscriber_sees_the_same_sequence_as_a_per_event_one_in_bounded
 }
 
 #[actix::test]
+async fn pipelined_subscriber_sees_the_same_sequence_as_a_per_event_one() {
+    let server = server(10_000);
+    server.seed_configmaps("default", 1_000).unwrap();
+    let informer = informer(&server).page_size(200).start().unwrap();
+    let (each, log_each) = Recorder::start();
+    // The pipelined subscriber pauses its mailbox at its first event, so the
+    // rest queue up: at most `pipeline` in its mailbox, the others pending.
+    let (gate_tx, gate_rx) = watch::channel(false);
+    let (pipelined, log_pipelined) = SyncRecorder::gated(gate_rx);
+    let sub_each = informer
+        .subscribe(each.recipient(), SubscribeOptions::default())
+        .await
+        .unwrap();
+    let sub_pipelined = informer
+        .subscribe_pipelined(
+            &pipelined,
+            SubscribeOptions::default().capacity(4096).pipeline(8),
+        )
+        .await
+        .unwrap();
+    sub_each.wait_for_sync(SYNC).await.unwrap();
+    for i in 0..50 {
+        create(&server, &format!("new-{i}"), "1");
+    }
+    server
+        .delete("", "configmaps", Some("default"), "new-0")
+        .unwrap();
+    // 1 000 initial adds, 50 adds, 1 delete: all but the handled one and the
+    // 8 in the mailbox stay pending.
+    eventually(SETTLE, "the pipelined subscriber holds a backlog", || {
+        sub_pipelined
+            .stats()
+            .pending
+            .load(std::sync::atomic::Ordering::Relaxed)
+            == 1_051 - 1 - 8
+    })
+    .await;
+    assert_eq!(log_pipelined.lock().unwrap().events.len(), 1);
+    assert!(!sub_pipelined.has_synced());
+    gate_tx.send_replace(true);
+    sub_pipelined.wait_for_sync(SYNC).await.unwrap();
+    converges(&server, &log_each, "per-event subscriber converges").await;
+    converges(&server, &log_pipelined, "pipelined subscriber converges").await;
+    let (each, pipelined) = (log_each.lock().unwrap(), log_pipelined.lock().unwrap());
+    assert_eq!(
+        each.events, pipelined.events,
+        "same notifications, same order"
+    );
+    assert_eq!(
+        sub_pipelined
+            .stats()
+            .delivered
+            .load(std::sync::atomic::Ordering::Relaxed),
+        pipelined.events.len() as u64
+    );
+}
+
+#[actix::test]
 async fn reflector_on_its_own_thread_delivers_the_same() {
     let server = server(10_000);
     server.seed_configmaps("default", 500).unwrap();

@@ -45,6 +45,10 @@ pub struct Variant {
     /// Subscribers handle batches (`subscribe_batches`; kinformer only).
     #[serde(default)]
     pub batched: bool,
+    /// Subscribers take events one per call, several in their mailbox at
+    /// once (`subscribe_pipelined`; kinformer only).
+    #[serde(default)]
+    pub pipelined: bool,
 }
 
 impl Variant {
@@ -54,6 +58,7 @@ impl Variant {
         streaming: false,
         strip: Strip::None,
         batched: false,
+        pipelined: false,
     };
     /// kube-runtime with defaults.
     pub const KUBE_RUNTIME: Variant = Variant {
@@ -61,6 +66,7 @@ impl Variant {
         streaming: false,
         strip: Strip::None,
         batched: false,
+        pipelined: false,
     };
 
     /// The same with streaming lists.
@@ -72,6 +78,12 @@ impl Variant {
     /// The same with batched subscribers.
     pub fn batched(mut self) -> Self {
         self.batched = true;
+        self
+    }
+
+    /// The same with pipelined subscribers.
+    pub fn pipelined(mut self) -> Self {
+        self.pipelined = true;
         self
     }
 
@@ -92,6 +104,9 @@ impl Variant {
         }
         if self.batched {
             s.push_str(" (batched subscribers)");
+        }
+        if self.pipelined {
+            s.push_str(" (pipelined subscribers)");
         }
         match self.strip {
             Strip::None => {}

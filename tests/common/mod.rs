@@ -105,46 +105,53 @@ fn rv(o: &ConfigMap) -> Option<String> {
 impl Recorder {
     /// Records one event; returns how many were recorded so far.
     fn record(&self, event: &Event<ConfigMap>) -> usize {
-        {
-            let mut log = self.log.lock().unwrap();
-            let key = event.key().to_string();
-            let seen = match &event {
-                Event::Added { object, cause, .. } => {
-                    log.view.insert(key.clone(), rv(object).unwrap_or_default());
-                    Seen {
-                        kind: "Added",
-                        key,
-                        rv: rv(object),
-                        cause: *cause,
-                        unknown: false,
-                    }
-                }
-                Event::Updated { new, cause, .. } => {
-                    log.view.insert(key.clone(), rv(new).unwrap_or_default());
-                    Seen {
-                        kind: "Updated",
-                        key,
-                        rv: rv(new),
-                        cause: *cause,
-                        unknown: false,
-                    }
-                }
-                Event::Deleted { object, cause, .. } => {
-                    log.view.remove(&key);
-                    Seen {
-                        kind: "Deleted",
-                        key,
-                        rv: object.object().and_then(|o| rv(o)),
-                        cause: *cause,
-                        unknown: object.is_final_state_unknown(),
-                    }
-                }
-            };
-            log.events.push(seen);
-            log.events.len()
-        }
+        record(&self.log, event)
     }
+}
 
+/// Records one event in `log`; returns how many were recorded so far.
+fn record(log: &Mutex<Log>, event: &Event<ConfigMap>) -> usize {
+    {
+        let mut log = log.lock().unwrap();
+        let key = event.key().to_string();
+        let seen = match &event {
+            Event::Added { object, cause, .. } => {
+                log.view.insert(key.clone(), rv(object).unwrap_or_default());
+                Seen {
+                    kind: "Added",
+                    key,
+                    rv: rv(object),
+                    cause: *cause,
+                    unknown: false,
+                }
+            }
+            Event::Updated { new, cause, .. } => {
+                log.view.insert(key.clone(), rv(new).unwrap_or_default());
+                Seen {
+                    kind: "Updated",
+                    key,
+                    rv: rv(new),
+                    cause: *cause,
+                    unknown: false,
+                }
+            }
+            Event::Deleted { object, cause, .. } => {
+                log.view.remove(&key);
+                Seen {
+                    kind: "Deleted",
+                    key,
+                    rv: object.object().and_then(|o| rv(o)),
+                    cause: *cause,
+                    unknown: object.is_final_state_unknown(),
+                }
+            }
+        };
+        log.events.push(seen);
+        log.events.len()
+    }
+}
+
+impl Recorder {
     /// Stops when asked to; the handler's answer waits while the gate is closed.
     fn finish(&self, n: usize, ctx: &mut Context<Self>) -> ResponseFuture<()> {
         if self.stop_after.is_some_and(|limit| n >= limit) {
@@ -179,6 +186,49 @@ impl Handler<EventBatch<ConfigMap>> for Recorder {
             n = self.record(event);
         }
         self.finish(n, ctx)
+    }
+}
+
+/// A subscriber whose handler does all its work in `handle` (`Result = ()`,
+/// as `subscribe_pipelined` requires). While the gate is closed it pauses its
+/// mailbox after each event, so what is sent to it waits there.
+pub struct SyncRecorder {
+    pub log: Arc<Mutex<Log>>,
+    pub gate: watch::Receiver<bool>,
+}
+
+impl SyncRecorder {
+    pub fn gated(gate: watch::Receiver<bool>) -> (Addr<SyncRecorder>, Arc<Mutex<Log>>) {
+        let log = Arc::new(Mutex::new(Log::default()));
+        (
+            SyncRecorder {
+                log: log.clone(),
+                gate,
+            }
+            .start(),
+            log,
+        )
+    }
+}
+
+impl Actor for SyncRecorder {
+    type Context = Context<Self>;
+}
+
+impl Handler<Event<ConfigMap>> for SyncRecorder {
+    type Result = ();
+
+    fn handle(&mut self, event: Event<ConfigMap>, ctx: &mut Context<Self>) {
+        record(&self.log, &event);
+        let mut gate = self.gate.clone();
+        if !*gate.borrow() {
+            ctx.wait(
+                async move {
+                    let _ = gate.wait_for(|open| *open).await;
+                }
+                .into_actor(self),
+            );
+        }
     }
 }
 

@@ -6,7 +6,9 @@
 //! listener whose queue is full parks the rest and answers only when its
 //! subscriber has caught up — that is the back-pressure path, and it holds
 //! the whole informer (every subscriber, the cache, replays) until then. Delivery to the
-//! subscriber is one `send` at a time, spawned (never `ctx.wait`), so the
+//! subscriber is one `send` at a time ([`Target::Each`], [`Target::Batches`]),
+//! or up to a fixed number of them in the subscriber's mailbox
+//! ([`Target::Pipelined`]); each is spawned (never `ctx.wait`), so the
 //! listener's own mailbox keeps draining while the subscriber is busy.
 //! Handler calls run in the subscriber's actor, never in the engine's.
 
@@ -100,8 +102,22 @@ pub struct ListenerOptions {
 
 /// Where a listener delivers: one notification per handler call, or batches.
 pub enum Target<K: Send + Sync + 'static> {
-    /// One [`Event`] per handler call (client-go's one notification at a time).
+    /// One [`Event`] per handler call (client-go's one notification at a
+    /// time); the next is sent when the previous call returned, so this suits
+    /// any handler, async ones included.
     Each(Recipient<Event<K>>),
+    /// One [`Event`] per handler call, with up to `depth` of them in the
+    /// subscriber's mailbox at once. The mailbox still hands them over one at
+    /// a time and in order, but without a round trip per event. Only for
+    /// handlers that finish their work inside `handle`: an async handler
+    /// (`ResponseFuture`, `ResponseActFuture`) would start the next
+    /// notification before the previous one finished.
+    Pipelined {
+        /// The subscriber.
+        recipient: Recipient<Event<K>>,
+        /// Most notifications sent and not yet handled (at least 1).
+        depth: usize,
+    },
     /// [`EventBatch`]es of up to `max` events per handler call.
     Batches {
         /// The subscriber.
@@ -114,6 +130,21 @@ pub enum Target<K: Send + Sync + 'static> {
 impl<K: Send + Sync + 'static> From<Recipient<Event<K>>> for Target<K> {
     fn from(recipient: Recipient<Event<K>>) -> Self {
         Target::Each(recipient)
+    }
+}
+
+/// The subscriber as the listener calls it.
+enum Sink<K: Send + Sync + 'static> {
+    Events(Arc<Recipient<Event<K>>>),
+    Batches(Arc<Recipient<EventBatch<K>>>),
+}
+
+impl<K: Send + Sync + 'static> Clone for Sink<K> {
+    fn clone(&self) -> Self {
+        match self {
+            Sink::Events(r) => Sink::Events(r.clone()),
+            Sink::Batches(r) => Sink::Batches(r.clone()),
+        }
     }
 }
 
@@ -138,14 +169,17 @@ pub struct Listener<K: Send + Sync + 'static> {
     id: SubscriberId,
     queue: ListenerQueue<K>,
     lane: ResyncLane<K>,
-    /// Reused buffer of the notifications taken for one handler call.
-    outbox: Vec<Event<K>>,
     /// The held answer to a `DeliverResync`, with its number (for its timeout).
     lane_reply: Option<(u64, oneshot::Sender<Result<(), ListenerGone>>)>,
     lane_replies: u64,
     sync: SyncTracker,
-    target: Target<K>,
-    delivering: bool,
+    sink: Sink<K>,
+    /// Most handler calls in flight at once.
+    window: usize,
+    /// Most events per batch ([`Sink::Batches`]).
+    batch_max: usize,
+    /// Handler calls sent and not yet returned.
+    in_flight: usize,
     parked: VecDeque<Event<K>>,
     parked_reply: Option<oneshot::Sender<Result<(), ListenerGone>>>,
     idle_waiters: Vec<oneshot::Sender<()>>,
@@ -165,16 +199,26 @@ impl<K: Send + Sync + 'static> Listener<K> {
         synced: watch::Sender<bool>,
         stats: Arc<ListenerStats>,
     ) -> Self {
+        let (sink, window, batch_max) = match target.into() {
+            Target::Each(recipient) => (Sink::Events(Arc::new(recipient)), 1, 1),
+            Target::Pipelined { recipient, depth } => {
+                (Sink::Events(Arc::new(recipient)), depth.max(1), 1)
+            }
+            Target::Batches { recipient, max } => {
+                (Sink::Batches(Arc::new(recipient)), 1, max.max(1))
+            }
+        };
         Listener {
             id,
             queue: ListenerQueue::new(options.policy, options.capacity),
             lane: ResyncLane::new(),
-            outbox: Vec::new(),
             lane_reply: None,
             lane_replies: 0,
             sync: SyncTracker::new(),
-            target: target.into(),
-            delivering: false,
+            sink,
+            window,
+            batch_max,
+            in_flight: 0,
             parked: VecDeque::new(),
             parked_reply: None,
             idle_waiters: Vec::new(),
@@ -263,86 +307,111 @@ impl<K: Send + Sync + 'static> Listener<K> {
         self.lane.pop()
     }
 
-    /// Delivers the next notification (or batch) if none is in flight: real
-    /// changes first, then the resync lane.
-    fn pump(&mut self, ctx: &mut Context<Self>) {
-        let idle = self.queue.is_empty() && self.lane.is_empty();
-        if self.delivering || self.stopping || idle {
-            if !self.delivering && idle {
-                for w in self.idle_waiters.drain(..) {
-                    let _ = w.send(());
+    /// The next handler call (one notification or a batch), if anything is
+    /// queued: real changes first, then the resync lane.
+    fn next_request(&mut self) -> Option<(Request<K>, Sent)> {
+        let mut sent = Sent::default();
+        // A clone of the `Arc` (not of the recipient, which allocates): the
+        // queues are borrowed mutably while the request is built.
+        let request = match self.sink.clone() {
+            Sink::Events(recipient) => {
+                let event = self.next_event()?;
+                sent.count(&event);
+                futures::future::Either::Left(recipient.send(event))
+            }
+            Sink::Batches(recipient) => {
+                let queued = self.queue.len() + self.parked.len() + self.lane.len();
+                let mut batch = Vec::with_capacity(self.batch_max.min(queued));
+                while batch.len() < self.batch_max {
+                    let Some(event) = self.next_event() else {
+                        break;
+                    };
+                    sent.count(&event);
+                    batch.push(event);
                 }
+                if batch.is_empty() {
+                    return None;
+                }
+                futures::future::Either::Right(recipient.send(EventBatch(batch)))
+            }
+        };
+        Some((request, sent))
+    }
+
+    /// Sends handler calls while the window has room: real changes first,
+    /// then the resync lane.
+    fn pump(&mut self, ctx: &mut Context<Self>) {
+        let mut sent_any = false;
+        while self.in_flight < self.window && !self.stopping {
+            let Some((request, sent)) = self.next_request() else {
+                break;
+            };
+            sent_any = true;
+            self.in_flight += 1;
+            request
+                .into_actor(self)
+                .map(move |result, act, ctx| act.returned(result, sent, ctx))
+                .spawn(ctx);
+        }
+        if sent_any {
+            self.release_sweep();
+            // Room freed: take parked notifications and release the producer.
+            if !self.parked.is_empty() {
+                self.accept(std::iter::empty());
+            }
+            if self.parked.is_empty()
+                && let Some(reply) = self.parked_reply.take()
+            {
+                let _ = reply.send(Ok(()));
+            }
+            self.refresh_stats();
+        }
+        if self.in_flight == 0 && self.queue.is_empty() && self.lane.is_empty() {
+            for w in self.idle_waiters.drain(..) {
+                let _ = w.send(());
+            }
+        }
+    }
+
+    /// One handler call returned (or the subscriber is gone).
+    fn returned(&mut self, result: Result<(), MailboxError>, sent: Sent, ctx: &mut Context<Self>) {
+        self.in_flight -= 1;
+        if sent.initial > 0 {
+            let _ = self.sync.finish_many(sent.initial);
+        }
+        if self.stopping {
+            if self.in_flight == 0 {
+                ctx.stop();
             }
             return;
         }
-        let max = match &self.target {
-            Target::Each(_) => 1,
-            Target::Batches { max, .. } => (*max).max(1),
-        };
-        let mut sent = Sent::default();
-        let mut batch = std::mem::take(&mut self.outbox);
-        while batch.len() < max {
-            let Some(event) = self.next_event() else {
-                break;
-            };
-            sent.count(&event);
-            batch.push(event);
-        }
-        let request = match &self.target {
-            Target::Each(recipient) => match batch.pop() {
-                Some(event) => {
-                    self.outbox = batch;
-                    futures::future::Either::Left(recipient.send(event))
+        match result {
+            Ok(()) => {
+                self.stats
+                    .delivered
+                    .fetch_add(sent.events, Ordering::Relaxed);
+                if sent.resyncs > 0 {
+                    self.stats
+                        .resyncs
+                        .fetch_add(sent.resyncs, Ordering::Relaxed);
                 }
-                None => return,
-            },
-            Target::Batches { recipient, .. } if !batch.is_empty() => {
-                futures::future::Either::Right(recipient.send(EventBatch(batch)))
+                self.refresh_stats();
+                self.pump(ctx);
             }
-            Target::Batches { .. } => return,
-        };
-        self.release_sweep();
-        // Room freed: take parked notifications and release the producer.
-        if !self.parked.is_empty() {
-            self.accept(std::iter::empty());
+            Err(err) => {
+                tracing::warn!(subscriber = %self.id, %err, "subscriber is gone; removing its listener");
+                self.stats.gone.store(true, Ordering::Relaxed);
+                ctx.stop();
+            }
         }
-        if self.parked.is_empty()
-            && let Some(reply) = self.parked_reply.take()
-        {
-            let _ = reply.send(Ok(()));
-        }
-        self.delivering = true;
-        self.refresh_stats();
-        request
-            .into_actor(self)
-            .map(move |result, act, ctx| {
-                act.delivering = false;
-                if sent.initial > 0 {
-                    let _ = act.sync.finish_many(sent.initial);
-                }
-                if act.stopping {
-                    ctx.stop();
-                    return;
-                }
-                match result {
-                    Ok(()) => {
-                        act.stats.delivered.fetch_add(sent.events, Ordering::Relaxed);
-                        if sent.resyncs > 0 {
-                            act.stats.resyncs.fetch_add(sent.resyncs, Ordering::Relaxed);
-                        }
-                        act.refresh_stats();
-                        act.pump(ctx);
-                    }
-                    Err(err) => {
-                        tracing::warn!(subscriber = %act.id, %err, "subscriber is gone; removing its listener");
-                        act.stats.gone.store(true, Ordering::Relaxed);
-                        ctx.stop();
-                    }
-                }
-            })
-            .spawn(ctx);
     }
 }
+
+/// One handler call in flight: a single notification or a batch.
+type Request<K> = futures::future::Either<
+    actix::dev::RecipientRequest<Event<K>>,
+    actix::dev::RecipientRequest<EventBatch<K>>,
+>;
 
 impl<K: Send + Sync + 'static> Actor for Listener<K> {
     type Context = Context<Self>;
@@ -460,11 +529,11 @@ impl<K: Send + Sync + 'static> Handler<StopListener> for Listener<K> {
         {
             let _ = reply.send(Err(ListenerGone));
         }
-        if !self.delivering {
+        if self.in_flight == 0 {
             ctx.stop();
             return Box::pin(async {});
         }
-        // The handler call in progress ends the listener when it returns.
+        // The handler calls in flight end the listener when they returned.
         let (tx, rx) = oneshot::channel();
         self.idle_waiters.push(tx);
         Box::pin(async move {
@@ -834,5 +903,125 @@ mod tests {
         assert_eq!(r5.len(), 2, "one change, one resync");
         assert_eq!(r5[1].2, "2", "the resync carries the newer state");
         assert_eq!(seen.len(), n + 2);
+    }
+
+    /// A synchronous subscriber (`Result = ()`) that pauses its mailbox after
+    /// its first event until the gate opens.
+    struct PausingSink {
+        seen: Arc<std::sync::Mutex<Vec<String>>>,
+        gate: watch::Receiver<bool>,
+    }
+
+    impl Actor for PausingSink {
+        type Context = Context<Self>;
+    }
+
+    impl Handler<Event<ConfigMap>> for PausingSink {
+        type Result = ();
+
+        fn handle(&mut self, e: Event<ConfigMap>, ctx: &mut Context<Self>) {
+            self.seen.lock().unwrap().push(e.key().to_string());
+            let mut gate = self.gate.clone();
+            if !*gate.borrow() {
+                ctx.wait(
+                    async move {
+                        let _ = gate.wait_for(|open| *open).await;
+                    }
+                    .into_actor(self),
+                );
+            }
+        }
+    }
+
+    /// A pipelined listener (depth 4) over a paused subscriber with 20 events
+    /// queued: one handled, four in the subscriber's mailbox, the rest pending.
+    #[allow(clippy::type_complexity)]
+    async fn pipelined_and_paused() -> (
+        Addr<Listener<ConfigMap>>,
+        Arc<ListenerStats>,
+        Arc<std::sync::Mutex<Vec<String>>>,
+        watch::Sender<bool>,
+        Vec<String>,
+    ) {
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (gate_tx, gate) = watch::channel(false);
+        let sink = PausingSink {
+            seen: seen.clone(),
+            gate,
+        }
+        .start();
+        let (synced, _) = watch::channel(false);
+        let stats = Arc::new(ListenerStats::default());
+        let listener = Listener::new(
+            SubscriberId(1),
+            Target::Pipelined {
+                recipient: sink.recipient(),
+                depth: 4,
+            },
+            ListenerOptions {
+                policy: OverflowPolicy::Block,
+                capacity: 100,
+            },
+            synced,
+            stats.clone(),
+        )
+        .start();
+        let names: Vec<String> = (0..20).map(|i| format!("o{i}")).collect();
+        listener
+            .send(Deliver(names.iter().map(|n| added(n)).collect()))
+            .await
+            .unwrap()
+            .unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while stats.pending.load(Ordering::SeqCst) > 15 {
+            assert!(tokio::time::Instant::now() < deadline, "window not filled");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(
+            stats.pending.load(Ordering::SeqCst),
+            15,
+            "at most 4 in flight"
+        );
+        assert_eq!(seen.lock().unwrap().clone(), vec!["o0".to_string()]);
+        (listener, stats, seen, gate_tx, names)
+    }
+
+    /// Pipelined events wait in the subscriber's mailbox, never more than the
+    /// depth, and are handled one at a time in order.
+    #[actix::test]
+    async fn pipelined_events_are_bounded_and_ordered() {
+        let (_listener, stats, seen, gate_tx, names) = pipelined_and_paused().await;
+        gate_tx.send_replace(true);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while stats.delivered.load(Ordering::SeqCst) < 20 {
+            assert!(tokio::time::Instant::now() < deadline, "not all delivered");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(seen.lock().unwrap().clone(), names);
+    }
+
+    /// Stopping a pipelined listener waits for the events already in the
+    /// subscriber's mailbox and drops the pending ones (SI-12, SI-13).
+    #[actix::test]
+    async fn stopping_a_pipelined_listener_waits_for_what_was_sent() {
+        let (listener, stats, seen, gate_tx, names) = pipelined_and_paused().await;
+        let mut stop = Box::pin(listener.send(StopListener));
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            futures::poll!(&mut stop).is_pending(),
+            "events still in flight"
+        );
+        gate_tx.send_replace(true);
+        tokio::time::timeout(Duration::from_secs(5), stop)
+            .await
+            .expect("stopped once the sent events were handled")
+            .unwrap();
+        assert_eq!(seen.lock().unwrap().clone(), names[..5].to_vec());
+        assert_eq!(stats.pending.load(Ordering::SeqCst), 0);
     }
 }

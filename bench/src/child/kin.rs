@@ -142,6 +142,8 @@ pub async fn start<K: Object>(api: Api<K>, spec: &ChildSpec) -> anyhow::Result<K
             informer
                 .subscribe_batches(actor.recipient(), options)
                 .await?
+        } else if spec.variant.pipelined {
+            informer.subscribe_pipelined(&actor, options).await?
         } else {
             informer.subscribe(actor.recipient(), options).await?
         });

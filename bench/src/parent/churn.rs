@@ -133,6 +133,7 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
     let mut writer = Writer::new(server.clone(), NS, templates);
     let variants = [
         Variant::KINFORMER,
+        Variant::KINFORMER.pipelined(),
         Variant::KINFORMER.batched(),
         Variant::KUBE_RUNTIME,
     ];
