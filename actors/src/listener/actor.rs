@@ -13,9 +13,13 @@
 //! Handler calls run in the subscriber's actor, never in the engine's.
 
 use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::task::{self, Poll, Waker, ready};
 
+use actix::dev::RecipientRequest;
 use actix::prelude::*;
 use futures::channel::oneshot;
 use tokio::sync::watch;
@@ -178,8 +182,16 @@ pub struct Listener<K: Send + Sync + 'static> {
     window: usize,
     /// Most events per batch ([`Sink::Batches`]).
     batch_max: usize,
-    /// Handler calls sent and not yet returned.
+    /// Handler calls sent and not yet returned, oldest first (the subscriber
+    /// answers in order), awaited by the one [`Replies`] future.
+    /// Each with what it carried and the window units it holds.
+    replies: VecDeque<(Pin<Box<Request<K>>>, Sent, usize)>,
+    /// Window units in flight: events for an events sink, calls for batches.
     in_flight: usize,
+    /// Most events acknowledged by one answer ([`Listener::next_request`]).
+    ack_every: usize,
+    /// Wakes [`Replies`] when a call is sent while none was in flight.
+    replies_waker: Option<Waker>,
     parked: VecDeque<Event<K>>,
     parked_reply: Option<oneshot::Sender<Result<(), ListenerGone>>>,
     idle_waiters: Vec<oneshot::Sender<()>>,
@@ -218,7 +230,10 @@ impl<K: Send + Sync + 'static> Listener<K> {
             sink,
             window,
             batch_max,
+            replies: VecDeque::new(),
             in_flight: 0,
+            ack_every: window.div_ceil(2),
+            replies_waker: None,
             parked: VecDeque::new(),
             parked_reply: None,
             idle_waiters: Vec::new(),
@@ -309,15 +324,28 @@ impl<K: Send + Sync + 'static> Listener<K> {
 
     /// The next handler call (one notification or a batch), if anything is
     /// queued: real changes first, then the resync lane.
-    fn next_request(&mut self) -> Option<(Request<K>, Sent)> {
+    ///
+    /// Up to `most` events go to an events sink at once: all but the last
+    /// without an answer (`do_send`), the last with one. The subscriber
+    /// handles its mailbox in order, so that answer acknowledges them all,
+    /// with one reply channel per group rather than per event.
+    fn next_request(&mut self, most: usize) -> Option<(Request<K>, Sent)> {
         let mut sent = Sent::default();
         // A clone of the `Arc` (not of the recipient, which allocates): the
         // queues are borrowed mutably while the request is built.
         let request = match self.sink.clone() {
             Sink::Events(recipient) => {
-                let event = self.next_event()?;
-                sent.count(&event);
-                futures::future::Either::Left(recipient.send(event))
+                let mut last = self.next_event()?;
+                sent.count(&last);
+                while (sent.events as usize) < most {
+                    let Some(event) = self.next_event() else {
+                        break;
+                    };
+                    sent.count(&event);
+                    // A closed mailbox fails the answered send below as well.
+                    let _ = recipient.do_send(std::mem::replace(&mut last, event));
+                }
+                futures::future::Either::Left(send_now(&recipient, last))
             }
             Sink::Batches(recipient) => {
                 let queued = self.queue.len() + self.parked.len() + self.lane.len();
@@ -332,7 +360,7 @@ impl<K: Send + Sync + 'static> Listener<K> {
                 if batch.is_empty() {
                     return None;
                 }
-                futures::future::Either::Right(recipient.send(EventBatch(batch)))
+                futures::future::Either::Right(send_now(&recipient, EventBatch(batch)))
             }
         };
         Some((request, sent))
@@ -340,20 +368,25 @@ impl<K: Send + Sync + 'static> Listener<K> {
 
     /// Sends handler calls while the window has room: real changes first,
     /// then the resync lane.
-    fn pump(&mut self, ctx: &mut Context<Self>) {
+    fn pump(&mut self) {
         let mut sent_any = false;
         while self.in_flight < self.window && !self.stopping {
-            let Some((request, sent)) = self.next_request() else {
+            let most = (self.window - self.in_flight).min(self.ack_every);
+            let Some((request, sent)) = self.next_request(most) else {
                 break;
             };
             sent_any = true;
-            self.in_flight += 1;
-            request
-                .into_actor(self)
-                .map(move |result, act, ctx| act.returned(result, sent, ctx))
-                .spawn(ctx);
+            let units = match self.sink {
+                Sink::Events(_) => sent.events as usize,
+                Sink::Batches(_) => 1,
+            };
+            self.in_flight += units;
+            self.replies.push_back((Box::pin(request), sent, units));
         }
         if sent_any {
+            if let Some(waker) = self.replies_waker.take() {
+                waker.wake();
+            }
             self.release_sweep();
             // Room freed: take parked notifications and release the producer.
             if !self.parked.is_empty() {
@@ -366,7 +399,7 @@ impl<K: Send + Sync + 'static> Listener<K> {
             }
             self.refresh_stats();
         }
-        if self.in_flight == 0 && self.queue.is_empty() && self.lane.is_empty() {
+        if self.replies.is_empty() && self.queue.is_empty() && self.lane.is_empty() {
             for w in self.idle_waiters.drain(..) {
                 let _ = w.send(());
             }
@@ -374,13 +407,19 @@ impl<K: Send + Sync + 'static> Listener<K> {
     }
 
     /// One handler call returned (or the subscriber is gone).
-    fn returned(&mut self, result: Result<(), MailboxError>, sent: Sent, ctx: &mut Context<Self>) {
-        self.in_flight -= 1;
+    fn returned(
+        &mut self,
+        result: Result<(), MailboxError>,
+        sent: Sent,
+        units: usize,
+        ctx: &mut Context<Self>,
+    ) {
+        self.in_flight -= units;
         if sent.initial > 0 {
             let _ = self.sync.finish_many(sent.initial);
         }
         if self.stopping {
-            if self.in_flight == 0 {
+            if self.replies.is_empty() {
                 ctx.stop();
             }
             return;
@@ -396,7 +435,7 @@ impl<K: Send + Sync + 'static> Listener<K> {
                         .fetch_add(sent.resyncs, Ordering::Relaxed);
                 }
                 self.refresh_stats();
-                self.pump(ctx);
+                self.pump();
             }
             Err(err) => {
                 tracing::warn!(subscriber = %self.id, %err, "subscriber is gone; removing its listener");
@@ -407,11 +446,54 @@ impl<K: Send + Sync + 'static> Listener<K> {
     }
 }
 
+/// Awaits the answers of the handler calls in flight, oldest first. One
+/// future per listener rather than one spawned per call: the context polls
+/// every spawned future on each wake-up, which cost O(pipeline) per event.
+struct Replies;
+
+impl<K: Send + Sync + 'static> ActorFuture<Listener<K>> for Replies {
+    type Output = ();
+
+    fn poll(
+        self: Pin<&mut Self>,
+        act: &mut Listener<K>,
+        ctx: &mut Context<Listener<K>>,
+        task: &mut task::Context<'_>,
+    ) -> Poll<()> {
+        loop {
+            let Some((request, _, _)) = act.replies.front_mut() else {
+                act.replies_waker = Some(task.waker().clone());
+                return Poll::Pending;
+            };
+            let result = ready!(request.as_mut().poll(task));
+            let Some((_, sent, units)) = act.replies.pop_front() else {
+                return Poll::Pending;
+            };
+            act.returned(result, sent, units, ctx);
+            if ctx.state() != ActorState::Running {
+                return Poll::Ready(());
+            }
+        }
+    }
+}
+
+/// `send` through a fresh sender, so the message is in the subscriber's
+/// mailbox when this returns. actix parks a sender whose `send` found the
+/// mailbox over capacity (others send to the subscriber too); that sender's
+/// next `send` is held back until polled again, with no wake-up registered,
+/// and messages sent meanwhile overtake it. A fresh sender is never parked.
+/// Costs a clone (three small allocations) per answered call.
+fn send_now<M>(recipient: &Recipient<M>, message: M) -> RecipientRequest<M>
+where
+    M: Message + Send + 'static,
+    M::Result: Send,
+{
+    recipient.clone().send(message)
+}
+
 /// One handler call in flight: a single notification or a batch.
-type Request<K> = futures::future::Either<
-    actix::dev::RecipientRequest<Event<K>>,
-    actix::dev::RecipientRequest<EventBatch<K>>,
->;
+type Request<K> =
+    futures::future::Either<RecipientRequest<Event<K>>, RecipientRequest<EventBatch<K>>>;
 
 impl<K: Send + Sync + 'static> Actor for Listener<K> {
     type Context = Context<Self>;
@@ -420,6 +502,7 @@ impl<K: Send + Sync + 'static> Actor for Listener<K> {
         // Deliveries are answered only when accepted: the mailbox itself never grows past
         // what the Indexer has in flight, but give it room for control messages too.
         ctx.set_mailbox_capacity(64);
+        ctx.spawn(Replies);
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
@@ -445,13 +528,13 @@ impl<K: Send + Sync + 'static> Actor for Listener<K> {
 impl<K: Send + Sync + 'static> Handler<Deliver<K>> for Listener<K> {
     type Result = ResponseFuture<Result<(), ListenerGone>>;
 
-    fn handle(&mut self, Deliver(events): Deliver<K>, ctx: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, Deliver(events): Deliver<K>, _: &mut Context<Self>) -> Self::Result {
         let _span = self.span.clone().entered();
         if self.stopping {
             return Box::pin(async { Err(ListenerGone) });
         }
         self.accept(events);
-        self.pump(ctx);
+        self.pump();
         // Decide after pumping: a delivery may already have made room for
         // everything that was parked.
         if self.parked.is_empty() {
@@ -479,7 +562,7 @@ impl<K: Send + Sync + 'static> Handler<DeliverResync<K>> for Listener<K> {
             self.lane.push(event);
         }
         self.refresh_stats();
-        self.pump(ctx);
+        self.pump();
         if let Some((_, earlier)) = self.lane_reply.take() {
             let _ = earlier.send(Ok(()));
         }
@@ -529,7 +612,7 @@ impl<K: Send + Sync + 'static> Handler<StopListener> for Listener<K> {
         {
             let _ = reply.send(Err(ListenerGone));
         }
-        if self.in_flight == 0 {
+        if self.replies.is_empty() {
             ctx.stop();
             return Box::pin(async {});
         }
@@ -934,7 +1017,8 @@ mod tests {
     }
 
     /// A pipelined listener (depth 4) over a paused subscriber with 20 events
-    /// queued: one handled, four in the subscriber's mailbox, the rest pending.
+    /// queued: four sent (two answered sends, each acknowledging the event
+    /// sent before it), one of them handled, the rest pending.
     #[allow(clippy::type_complexity)]
     async fn pipelined_and_paused() -> (
         Addr<Listener<ConfigMap>>,
@@ -973,7 +1057,7 @@ mod tests {
             .unwrap()
             .unwrap();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        while stats.pending.load(Ordering::SeqCst) > 15 {
+        while stats.pending.load(Ordering::SeqCst) > 16 {
             assert!(tokio::time::Instant::now() < deadline, "window not filled");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
@@ -982,7 +1066,7 @@ mod tests {
         }
         assert_eq!(
             stats.pending.load(Ordering::SeqCst),
-            15,
+            16,
             "at most 4 in flight"
         );
         assert_eq!(seen.lock().unwrap().clone(), vec!["o0".to_string()]);
@@ -1021,7 +1105,89 @@ mod tests {
             .await
             .expect("stopped once the sent events were handled")
             .unwrap();
-        assert_eq!(seen.lock().unwrap().clone(), names[..5].to_vec());
+        assert_eq!(seen.lock().unwrap().clone(), names[..4].to_vec());
         assert_eq!(stats.pending.load(Ordering::SeqCst), 0);
+    }
+
+    /// Another sender's message to the same subscriber.
+    #[derive(Message)]
+    #[rtype(result = "()")]
+    struct Noise;
+
+    impl Handler<Noise> for PausingSink {
+        type Result = ();
+
+        fn handle(&mut self, _: Noise, _: &mut Context<Self>) {}
+    }
+
+    /// Regression: when the subscriber's mailbox is over its capacity
+    /// (others send to it too), an answered send is held back by actix
+    /// until the mailbox drains, while later events went on: out of order.
+    #[actix::test]
+    async fn pipelined_events_keep_their_order_when_the_mailbox_is_over_capacity() {
+        over_capacity_keeps_order(|recipient| Target::Pipelined {
+            recipient,
+            depth: 8,
+        })
+        .await;
+    }
+
+    /// The same for one event per call: every event arrives, in order.
+    #[actix::test]
+    async fn single_events_keep_their_order_when_the_mailbox_is_over_capacity() {
+        over_capacity_keeps_order(Target::Each).await;
+    }
+
+    async fn over_capacity_keeps_order(
+        target: impl FnOnce(Recipient<Event<ConfigMap>>) -> Target<ConfigMap>,
+    ) {
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (gate_tx, gate) = watch::channel(false);
+        let sink = PausingSink {
+            seen: seen.clone(),
+            gate,
+        }
+        .start();
+        let (synced, _) = watch::channel(false);
+        let stats = Arc::new(ListenerStats::default());
+        let listener = Listener::new(
+            SubscriberId(1),
+            target(sink.clone().recipient()),
+            ListenerOptions {
+                policy: OverflowPolicy::Block,
+                capacity: 1000,
+            },
+            synced,
+            stats.clone(),
+        )
+        .start();
+        // Paused at its first event, then flooded past its mailbox capacity (16).
+        listener
+            .send(Deliver(vec![added("first")]))
+            .await
+            .unwrap()
+            .unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while seen.lock().unwrap().is_empty() {
+            assert!(tokio::time::Instant::now() < deadline, "first not handled");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        for _ in 0..40 {
+            sink.do_send(Noise);
+        }
+        let mut names = vec!["first".to_string()];
+        names.extend((0..200).map(|i| format!("o{i}")));
+        listener
+            .send(Deliver(names[1..].iter().map(|n| added(n)).collect()))
+            .await
+            .unwrap()
+            .unwrap();
+        gate_tx.send_replace(true);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while stats.delivered.load(Ordering::SeqCst) < names.len() as u64 {
+            assert!(tokio::time::Instant::now() < deadline, "not all delivered");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(seen.lock().unwrap().clone(), names);
     }
 }
