@@ -37,6 +37,9 @@ struct Cli {
     /// Subscriber counts of the churn workload (comma-separated).
     #[arg(long, global = true, value_delimiter = ',')]
     subscribers: Option<Vec<usize>>,
+    /// Object kinds of the sync workload (comma-separated: configmap, pod).
+    #[arg(long, global = true, value_enum, value_delimiter = ',')]
+    kinds: Option<Vec<KindArg>>,
     /// Steady write rate in events per second.
     #[arg(long, global = true)]
     rate: Option<f64>,
@@ -96,6 +99,15 @@ enum KindArg {
     Configmap,
 }
 
+impl KindArg {
+    fn kind(self) -> kinformer_bench::proto::Kind {
+        match self {
+            KindArg::Pod => kinformer_bench::proto::Kind::Pod,
+            KindArg::Configmap => kinformer_bench::proto::Kind::ConfigMap,
+        }
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
@@ -117,10 +129,7 @@ fn main() -> anyhow::Result<()> {
             n,
             passes,
         } => {
-            let kind = match kind {
-                KindArg::Pod => kinformer_bench::proto::Kind::Pod,
-                KindArg::Configmap => kinformer_bench::proto::Kind::ConfigMap,
-            };
+            let kind = kind.kind();
             let paths = if path.is_empty() {
                 profile::DecodePath::ALL.to_vec()
             } else {
@@ -149,6 +158,9 @@ fn main() -> anyhow::Result<()> {
     }
     if let Some(s) = cli.sync_sizes {
         scale.sync_sizes = s;
+    }
+    if let Some(k) = cli.kinds {
+        scale.sync_kinds = k.into_iter().map(KindArg::kind).collect();
     }
     if let Some(s) = cli.subscribers {
         scale.churn_subscribers = s;

@@ -184,8 +184,7 @@ pub struct Listener<K: Send + Sync + 'static> {
     batch_max: usize,
     /// Handler calls sent and not yet returned, oldest first (the subscriber
     /// answers in order), awaited by the one [`Replies`] future.
-    /// Each with what it carried and the window units it holds.
-    replies: VecDeque<(Pin<Box<Request<K>>>, Sent, usize)>,
+    replies: VecDeque<Call<K>>,
     /// Window units in flight: events for an events sink, calls for batches.
     in_flight: usize,
     /// Most events acknowledged by one answer ([`Listener::next_request`]).
@@ -342,8 +341,8 @@ impl<K: Send + Sync + 'static> Listener<K> {
                         break;
                     };
                     sent.count(&event);
-                    // A closed mailbox fails the answered send below as well.
-                    let _ = recipient.do_send(std::mem::replace(&mut last, event));
+                    // Unanswered: a closed mailbox fails the answered send below.
+                    recipient.do_send(std::mem::replace(&mut last, event));
                 }
                 futures::future::Either::Left(send_now(&recipient, last))
             }
@@ -381,7 +380,11 @@ impl<K: Send + Sync + 'static> Listener<K> {
                 Sink::Batches(_) => 1,
             };
             self.in_flight += units;
-            self.replies.push_back((Box::pin(request), sent, units));
+            self.replies.push_back(Call {
+                request: Box::pin(request),
+                sent,
+                units,
+            });
         }
         if sent_any {
             if let Some(waker) = self.replies_waker.take() {
@@ -461,12 +464,12 @@ impl<K: Send + Sync + 'static> ActorFuture<Listener<K>> for Replies {
         task: &mut task::Context<'_>,
     ) -> Poll<()> {
         loop {
-            let Some((request, _, _)) = act.replies.front_mut() else {
+            let Some(Call { request, .. }) = act.replies.front_mut() else {
                 act.replies_waker = Some(task.waker().clone());
                 return Poll::Pending;
             };
             let result = ready!(request.as_mut().poll(task));
-            let Some((_, sent, units)) = act.replies.pop_front() else {
+            let Some(Call { sent, units, .. }) = act.replies.pop_front() else {
                 return Poll::Pending;
             };
             act.returned(result, sent, units, ctx);
@@ -491,7 +494,15 @@ where
     recipient.clone().send(message)
 }
 
-/// One handler call in flight: a single notification or a batch.
+/// A handler call in flight: its answer, what it carried, and the window
+/// units it holds (events for an events sink, one for a batch).
+struct Call<K: Send + Sync + 'static> {
+    request: Pin<Box<Request<K>>>,
+    sent: Sent,
+    units: usize,
+}
+
+/// The answer of one handler call: a single notification or a batch.
 type Request<K> =
     futures::future::Either<RecipientRequest<Event<K>>, RecipientRequest<EventBatch<K>>>;
 

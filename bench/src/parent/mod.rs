@@ -54,6 +54,8 @@ pub struct Scale {
     pub resync_secs: f64,
     /// Run only the informer variants with this label (profiling).
     pub only: Option<String>,
+    /// Object kinds of the sync workload.
+    pub sync_kinds: Vec<Kind>,
 }
 
 impl Scale {
@@ -83,6 +85,7 @@ impl Scale {
             resync_periods: vec![10, 10, 15, 15, 20, 20, 30, 30, 60, 0],
             resync_secs: 60.0,
             only: None,
+            sync_kinds: vec![Kind::ConfigMap, Kind::Pod],
         }
     }
 
@@ -105,6 +108,7 @@ impl Scale {
             resync_periods: vec![1, 1, 2, 2, 1, 2, 1, 2, 1, 0],
             resync_secs: 2.5,
             only: None,
+            sync_kinds: vec![Kind::ConfigMap, Kind::Pod],
         }
     }
 }

@@ -58,7 +58,7 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
     let mut results: BTreeMap<(usize, String, String), Vec<Value>> = BTreeMap::new();
     let mut decode: BTreeMap<(usize, String), Vec<Value>> = BTreeMap::new();
     for &n in &scale.sync_sizes {
-        for kind in [Kind::ConfigMap, Kind::Pod] {
+        for &kind in &scale.sync_kinds {
             let ns = format!("{}-{n}", kind.plural());
             seed(&server, kind, &ns, n)?;
             let vs = variants(kind);
@@ -138,7 +138,7 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
     let (mut time_d, mut peak_d, mut steady_d, mut tput_d) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for &n in &scale.sync_sizes {
-        for kind in [Kind::ConfigMap, Kind::Pod] {
+        for &kind in &scale.sync_kinds {
             let k = format!("{kind:?}");
             let dec = decode.get(&(n, k.clone())).cloned().unwrap_or_default();
             let dec_rate = Summary::of(dec.iter().map(|r| num(r, &["objects_per_s"])));
