@@ -372,6 +372,7 @@ async fn stalled_block_subscriber_holds_the_pipeline_with_bounded_memory() {
     let informer = informer(&server)
         .fifo_options(kinformer::actors::delta_fifo::FifoOptions {
             batch_size: 16,
+            initial_batch_size: 16,
             high_watermark: 64,
         })
         .start()
@@ -422,6 +423,49 @@ async fn stalled_block_subscriber_holds_the_pipeline_with_bounded_memory() {
         || log.lock().unwrap().view == truth,
     )
     .await;
+}
+
+#[actix::test]
+async fn the_initial_list_in_one_batch_reaches_a_stalled_block_subscriber_in_chunks() {
+    let server = server(10_000);
+    server.seed_configmaps("default", 3_000).unwrap();
+    // Default options: the whole initial list is one batch for the Indexer.
+    let informer = informer(&server).start().unwrap();
+    let (gate_tx, gate_rx) = watch::channel(false);
+    let (stalled, log) = Recorder::gated(gate_rx);
+    let sub = informer
+        .subscribe(
+            stalled.recipient(),
+            SubscribeOptions::default()
+                .policy(OverflowPolicy::Block)
+                .capacity(8),
+        )
+        .await
+        .unwrap();
+    let pending = || {
+        sub.stats()
+            .pending
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    eventually(SETTLE, "the batch is applied and delivery began", || {
+        informer.stats().objects == 3_000 && pending() > 0
+    })
+    .await;
+    // The listener holds its queue (8) and at most one parked chunk (256),
+    // not the batch's 3 000 events; the FIFO waits for the rest.
+    for _ in 0..20 {
+        assert!(pending() <= 8 + 256, "listener pending {}", pending());
+        tokio::task::yield_now().await;
+    }
+    assert!(!informer.has_synced(), "the batch is not done yet");
+    gate_tx.send_replace(true);
+    informer.wait_for_sync(SYNC).await.unwrap();
+    sub.wait_for_sync(SYNC).await.unwrap();
+    converges(&server, &log, "the stalled subscriber catches up").await;
+    assert_eq!(
+        log.lock().unwrap().count(|s| s.cause == Cause::Initial),
+        3_000
+    );
 }
 
 #[actix::test]

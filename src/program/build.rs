@@ -44,6 +44,7 @@ pub fn start_informer(
         ))
         .fifo_options(FifoOptions {
             batch_size: engine.fifo.batch_size,
+            initial_batch_size: engine.fifo.initial_batch_size,
             high_watermark: engine.fifo.high_watermark,
         })
         .default_resync(engine.default_resync)

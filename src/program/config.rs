@@ -198,6 +198,8 @@ impl Default for BackoffSettings {
 pub struct FifoSettings {
     /// Most keys handed to the Indexer in one batch.
     pub batch_size: usize,
+    /// The same until the initial list is processed.
+    pub initial_batch_size: usize,
     /// Queued deltas above which the Reflector stops reading the watch.
     pub high_watermark: usize,
 }
@@ -207,6 +209,7 @@ impl Default for FifoSettings {
         let d = kinformer::actors::delta_fifo::FifoOptions::default();
         FifoSettings {
             batch_size: d.batch_size,
+            initial_batch_size: d.initial_batch_size,
             high_watermark: d.high_watermark,
         }
     }
@@ -573,6 +576,9 @@ fn validate(l: &Loaded) -> Result<(), ConfigError> {
     }
     if e.fifo.batch_size == 0 {
         return Err(l.error("engine.fifo.batch_size", "must be at least 1"));
+    }
+    if e.fifo.initial_batch_size == 0 {
+        return Err(l.error("engine.fifo.initial_batch_size", "must be at least 1"));
     }
     if e.fifo.high_watermark < e.fifo.batch_size {
         return Err(l.error(

@@ -73,6 +73,12 @@ pub struct FifoStats {
 pub struct FifoOptions {
     /// Most keys handed to the Indexer in one batch.
     pub batch_size: usize,
+    /// The same until the initial list is processed (DF-15). The Indexer
+    /// publishes its cache once per batch, and every publish makes the next
+    /// writes copy the tree nodes they touch: with 256-key batches that was
+    /// ~9 % of a 100k-object sync's CPU (BENCHMARKS.md). Listeners still get
+    /// the events in chunks of 256.
+    pub initial_batch_size: usize,
     /// Queued deltas above which the Reflector is held back.
     pub high_watermark: usize,
 }
@@ -81,18 +87,20 @@ impl Default for FifoOptions {
     fn default() -> Self {
         FifoOptions {
             batch_size: 256,
+            initial_batch_size: 16_384,
             high_watermark: 16_384,
         }
     }
 }
 
 impl FifoOptions {
-    /// The options with `batch_size ≥ 1` and `high_watermark ≥ batch_size`
+    /// The options with batch sizes ≥ 1 and `high_watermark ≥ batch_size`
     /// (a zero batch would never pop; a zero watermark never answer).
     pub fn sanitized(self) -> Self {
         let batch_size = self.batch_size.max(1);
         FifoOptions {
             batch_size,
+            initial_batch_size: self.initial_batch_size.max(1),
             high_watermark: self.high_watermark.max(batch_size),
         }
     }
@@ -172,10 +180,16 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
         if self.in_flight {
             return;
         }
-        let batch = self.queue.pop_batch(self.options.batch_size);
+        let most = if self.synced_sent {
+            self.options.batch_size
+        } else {
+            self.options.initial_batch_size
+        };
+        let batch = self.queue.pop_batch(most);
         if batch.is_empty() {
             self.check_synced();
             self.release_producers();
+            self.queue.release_idle_memory();
             return;
         }
         let receipts: Vec<PopReceipt> = batch.iter().map(|p| p.receipt.clone()).collect();

@@ -38,8 +38,10 @@ use crate::listener::{
 /// The events one listener receives from one step of work.
 type Delivery<K> = (SubscriberId, Addr<Listener<K>>, Vec<Event<K>>);
 
-/// Most keys replayed per step of a replay or resync sweep.
-const SWEEP_CHUNK: usize = 256;
+/// Most events per `Deliver` or `DeliverResync`: replays, resync sweeps and
+/// large batches (the initial list) go to the listeners in chunks of this
+/// many, so a full `Block` listener parks at most one chunk.
+const CHUNK: usize = 256;
 
 /// A batch of popped deltas. Answered once the listeners accepted its events.
 pub struct Process<K>(pub Vec<Popped<K>>);
@@ -306,21 +308,44 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
         self.stats
             .objects
             .store(self.cache.len(), Ordering::Relaxed);
-        let per_listener = self
+        // Who receives this batch is fixed when it is applied.
+        let targets = self
             .listeners
             .iter()
-            .map(|(id, addr)| {
-                let syncing = self.syncing.contains(id);
-                let evs = events
+            .map(|(id, addr)| (*id, addr.clone(), self.syncing.contains(id)))
+            .collect();
+        self.deliver_chunks(events, targets, 0, reply, ctx);
+    }
+
+    /// Hands a batch's events to its listeners [`CHUNK`] at a time, each
+    /// chunk once the previous one was accepted, then answers the DeltaFIFO.
+    fn deliver_chunks(
+        &mut self,
+        events: Vec<(Event<K>, bool)>,
+        targets: Vec<(SubscriberId, Addr<Listener<K>>, bool)>,
+        pos: usize,
+        reply: oneshot::Sender<()>,
+        ctx: &mut Context<Self>,
+    ) {
+        let end = (pos + CHUNK).min(events.len());
+        let per_listener = targets
+            .iter()
+            .filter(|(id, _, _)| self.listeners.contains_key(id))
+            .map(|(id, addr, syncing)| {
+                let evs = events[pos..end]
                     .iter()
-                    .filter(|(_, sync_only)| !sync_only || syncing)
+                    .filter(|(_, sync_only)| !sync_only || *syncing)
                     .map(|(e, _)| e.clone())
                     .collect();
                 (*id, addr.clone(), evs)
             })
             .collect();
-        self.distribute(per_listener, ctx, move |_, _| {
-            let _ = reply.send(());
+        self.distribute(per_listener, ctx, move |act, ctx| {
+            if end < events.len() {
+                act.deliver_chunks(events, targets, end, reply, ctx);
+            } else {
+                let _ = reply.send(());
+            }
         });
     }
 
@@ -336,7 +361,7 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
         };
         // The cache as of the moment the replay starts; deltas wait until it ends.
         let keys = if pos == 0 { self.cache.keys() } else { keys };
-        let end = (pos + SWEEP_CHUNK).min(keys.len());
+        let end = (pos + CHUNK).min(keys.len());
         let evs: Vec<Event<K>> = keys[pos..end]
             .iter()
             .filter_map(|k| {
@@ -379,7 +404,7 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
                 self.sweep_done(&ids);
                 continue;
             }
-            let end = (pos + SWEEP_CHUNK).min(keys.len());
+            let end = (pos + CHUNK).min(keys.len());
             let evs: Vec<Event<K>> = keys[pos..end]
                 .iter()
                 .filter_map(|k| {
