@@ -17,7 +17,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::task::{self, Poll, Waker, ready};
+use std::task::{self, Poll, ready};
 
 use actix::dev::RecipientRequest;
 use actix::prelude::*;
@@ -183,14 +183,16 @@ pub struct Listener<K: Send + Sync + 'static> {
     /// Most events per batch ([`Sink::Batches`]).
     batch_max: usize,
     /// Handler calls sent and not yet returned, oldest first (the subscriber
-    /// answers in order), awaited by the one [`Replies`] future.
+    /// answers in order), awaited by a [`Replies`] future while any is.
     replies: VecDeque<Call<K>>,
     /// Window units in flight: events for an events sink, calls for batches.
     in_flight: usize,
     /// Most events acknowledged by one answer ([`Listener::next_request`]).
     ack_every: usize,
-    /// Wakes [`Replies`] when a call is sent while none was in flight.
-    replies_waker: Option<Waker>,
+    /// A [`Replies`] future is spawned. It ends when no call is in flight;
+    /// the next call spawns one, which the context polls in the same pass
+    /// (waking the task from here instead cost an extra poll per event).
+    awaiting_replies: bool,
     parked: VecDeque<Event<K>>,
     parked_reply: Option<oneshot::Sender<Result<(), ListenerGone>>>,
     idle_waiters: Vec<oneshot::Sender<()>>,
@@ -232,7 +234,7 @@ impl<K: Send + Sync + 'static> Listener<K> {
             replies: VecDeque::new(),
             in_flight: 0,
             ack_every: window.div_ceil(2),
-            replies_waker: None,
+            awaiting_replies: false,
             parked: VecDeque::new(),
             parked_reply: None,
             idle_waiters: Vec::new(),
@@ -367,7 +369,7 @@ impl<K: Send + Sync + 'static> Listener<K> {
 
     /// Sends handler calls while the window has room: real changes first,
     /// then the resync lane.
-    fn pump(&mut self) {
+    fn pump(&mut self, ctx: &mut Context<Self>) {
         let mut sent_any = false;
         while self.in_flight < self.window && !self.stopping {
             let most = (self.window - self.in_flight).min(self.ack_every);
@@ -387,8 +389,9 @@ impl<K: Send + Sync + 'static> Listener<K> {
             });
         }
         if sent_any {
-            if let Some(waker) = self.replies_waker.take() {
-                waker.wake();
+            if !self.awaiting_replies {
+                self.awaiting_replies = true;
+                ctx.spawn(Replies);
             }
             self.release_sweep();
             // Room freed: take parked notifications and release the producer.
@@ -438,7 +441,7 @@ impl<K: Send + Sync + 'static> Listener<K> {
                         .fetch_add(sent.resyncs, Ordering::Relaxed);
                 }
                 self.refresh_stats();
-                self.pump();
+                self.pump(ctx);
             }
             Err(err) => {
                 tracing::warn!(subscriber = %self.id, %err, "subscriber is gone; removing its listener");
@@ -449,9 +452,10 @@ impl<K: Send + Sync + 'static> Listener<K> {
     }
 }
 
-/// Awaits the answers of the handler calls in flight, oldest first. One
-/// future per listener rather than one spawned per call: the context polls
-/// every spawned future on each wake-up, which cost O(pipeline) per event.
+/// Awaits the answers of the handler calls in flight, oldest first, until
+/// none is left. One future per listener rather than one spawned per call:
+/// the context polls every spawned future on each wake-up, which cost
+/// O(pipeline) per event.
 struct Replies;
 
 impl<K: Send + Sync + 'static> ActorFuture<Listener<K>> for Replies {
@@ -465,8 +469,8 @@ impl<K: Send + Sync + 'static> ActorFuture<Listener<K>> for Replies {
     ) -> Poll<()> {
         loop {
             let Some(Call { request, .. }) = act.replies.front_mut() else {
-                act.replies_waker = Some(task.waker().clone());
-                return Poll::Pending;
+                act.awaiting_replies = false;
+                return Poll::Ready(());
             };
             let result = ready!(request.as_mut().poll(task));
             let Some(Call { sent, units, .. }) = act.replies.pop_front() else {
@@ -513,7 +517,6 @@ impl<K: Send + Sync + 'static> Actor for Listener<K> {
         // Deliveries are answered only when accepted: the mailbox itself never grows past
         // what the Indexer has in flight, but give it room for control messages too.
         ctx.set_mailbox_capacity(64);
-        ctx.spawn(Replies);
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
@@ -539,13 +542,13 @@ impl<K: Send + Sync + 'static> Actor for Listener<K> {
 impl<K: Send + Sync + 'static> Handler<Deliver<K>> for Listener<K> {
     type Result = ResponseFuture<Result<(), ListenerGone>>;
 
-    fn handle(&mut self, Deliver(events): Deliver<K>, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, Deliver(events): Deliver<K>, ctx: &mut Context<Self>) -> Self::Result {
         let _span = self.span.clone().entered();
         if self.stopping {
             return Box::pin(async { Err(ListenerGone) });
         }
         self.accept(events);
-        self.pump();
+        self.pump(ctx);
         // Decide after pumping: a delivery may already have made room for
         // everything that was parked.
         if self.parked.is_empty() {
@@ -573,7 +576,7 @@ impl<K: Send + Sync + 'static> Handler<DeliverResync<K>> for Listener<K> {
             self.lane.push(event);
         }
         self.refresh_stats();
-        self.pump();
+        self.pump(ctx);
         if let Some((_, earlier)) = self.lane_reply.take() {
             let _ = earlier.send(Ok(()));
         }
