@@ -365,6 +365,29 @@ async fn stalled_coalesce_subscriber_delays_nobody_and_stays_bounded_by_keys() {
     .await;
 }
 
+/// A `Block` subscriber (capacity 8) whose handler calls wait while its gate is closed.
+async fn gated_block_subscriber(
+    informer: &kinformer::Informer<k8s_openapi::api::core::v1::ConfigMap>,
+    open: bool,
+) -> (
+    watch::Sender<bool>,
+    kinformer::Subscription<k8s_openapi::api::core::v1::ConfigMap>,
+    std::sync::Arc<std::sync::Mutex<Log>>,
+) {
+    let (gate_tx, gate_rx) = watch::channel(open);
+    let (stalled, log) = Recorder::gated(gate_rx);
+    let sub = informer
+        .subscribe(
+            stalled.recipient(),
+            SubscribeOptions::default()
+                .policy(OverflowPolicy::Block)
+                .capacity(8),
+        )
+        .await
+        .unwrap();
+    (gate_tx, sub, log)
+}
+
 #[actix::test]
 async fn stalled_block_subscriber_holds_the_pipeline_with_bounded_memory() {
     let server = server(100_000);
@@ -377,17 +400,7 @@ async fn stalled_block_subscriber_holds_the_pipeline_with_bounded_memory() {
         })
         .start()
         .unwrap();
-    let (gate_tx, gate_rx) = watch::channel(true);
-    let (stalled, log) = Recorder::gated(gate_rx);
-    let sub = informer
-        .subscribe(
-            stalled.recipient(),
-            SubscribeOptions::default()
-                .policy(OverflowPolicy::Block)
-                .capacity(8),
-        )
-        .await
-        .unwrap();
+    let (gate_tx, sub, log) = gated_block_subscriber(&informer, true).await;
     informer.wait_for_sync(SYNC).await.unwrap();
     // A full Block subscriber holds the whole informer back (that is its contract).
     gate_tx.send_replace(false);
@@ -431,17 +444,7 @@ async fn the_initial_list_in_one_batch_reaches_a_stalled_block_subscriber_in_chu
     server.seed_configmaps("default", 3_000).unwrap();
     // Default options: the whole initial list is one batch for the Indexer.
     let informer = informer(&server).start().unwrap();
-    let (gate_tx, gate_rx) = watch::channel(false);
-    let (stalled, log) = Recorder::gated(gate_rx);
-    let sub = informer
-        .subscribe(
-            stalled.recipient(),
-            SubscribeOptions::default()
-                .policy(OverflowPolicy::Block)
-                .capacity(8),
-        )
-        .await
-        .unwrap();
+    let (gate_tx, sub, log) = gated_block_subscriber(&informer, false).await;
     let pending = || {
         sub.stats()
             .pending
@@ -642,34 +645,61 @@ async fn skip_managed_fields_keeps_them_out_of_cache_and_events_only_when_asked(
     );
 }
 
+/// 1 000 ConfigMaps, an informer over pages of 200, and a plain per-event
+/// subscriber: the reference other kinds of subscribers are compared with.
+struct Reference {
+    server: kinformer_apiserver::ServerHandle,
+    informer: kinformer::Informer<k8s_openapi::api::core::v1::ConfigMap>,
+    sub_each: kinformer::Subscription<k8s_openapi::api::core::v1::ConfigMap>,
+    log_each: std::sync::Arc<std::sync::Mutex<Log>>,
+}
+
+impl Reference {
+    async fn start() -> Self {
+        let server = server(10_000);
+        server.seed_configmaps("default", 1_000).unwrap();
+        let informer = informer(&server).page_size(200).start().unwrap();
+        let (each, log_each) = Recorder::start();
+        let sub_each = informer
+            .subscribe(each.recipient(), SubscribeOptions::default())
+            .await
+            .unwrap();
+        Reference {
+            server,
+            informer,
+            sub_each,
+            log_each,
+        }
+    }
+
+    /// Waits for the reference to sync, then adds 50 objects and deletes one.
+    async fn change(&self) {
+        self.sub_each.wait_for_sync(SYNC).await.unwrap();
+        for i in 0..50 {
+            create(&self.server, &format!("new-{i}"), "1");
+        }
+        self.server
+            .delete("", "configmaps", Some("default"), "new-0")
+            .unwrap();
+    }
+}
+
 #[actix::test]
 async fn batched_subscriber_sees_the_same_sequence_as_a_per_event_one_in_bounded_batches() {
-    let server = server(10_000);
-    server.seed_configmaps("default", 1_000).unwrap();
-    let informer = informer(&server).page_size(200).start().unwrap();
-    let (each, log_each) = Recorder::start();
+    let r = Reference::start().await;
     // The batched subscriber is held at its first handler call, so what
     // arrives meanwhile queues up and must leave in batches of at most 64.
     let (gate_tx, gate_rx) = watch::channel(false);
     let (batched, log_batched) = Recorder::gated(gate_rx);
-    let sub_each = informer
-        .subscribe(each.recipient(), SubscribeOptions::default())
-        .await
-        .unwrap();
-    let sub_batched = informer
+    let sub_batched = r
+        .informer
         .subscribe_batches(
             batched.recipient(),
             SubscribeOptions::default().capacity(4096).batch_size(64),
         )
         .await
         .unwrap();
-    sub_each.wait_for_sync(SYNC).await.unwrap();
-    for i in 0..50 {
-        create(&server, &format!("new-{i}"), "1");
-    }
-    server
-        .delete("", "configmaps", Some("default"), "new-0")
-        .unwrap();
+    r.change().await;
     eventually(
         SETTLE,
         "the batched subscriber is held with a backlog",
@@ -688,9 +718,9 @@ async fn batched_subscriber_sees_the_same_sequence_as_a_per_event_one_in_bounded
     );
     gate_tx.send_replace(true);
     sub_batched.wait_for_sync(SYNC).await.unwrap();
-    converges(&server, &log_each, "per-event subscriber converges").await;
-    converges(&server, &log_batched, "batched subscriber converges").await;
-    let (each, batched) = (log_each.lock().unwrap(), log_batched.lock().unwrap());
+    converges(&r.server, &r.log_each, "per-event subscriber converges").await;
+    converges(&r.server, &log_batched, "batched subscriber converges").await;
+    let (each, batched) = (r.log_each.lock().unwrap(), log_batched.lock().unwrap());
     assert_eq!(
         each.events, batched.events,
         "same notifications, same order"
@@ -714,32 +744,20 @@ async fn batched_subscriber_sees_the_same_sequence_as_a_per_event_one_in_bounded
 
 #[actix::test]
 async fn pipelined_subscriber_sees_the_same_sequence_as_a_per_event_one() {
-    let server = server(10_000);
-    server.seed_configmaps("default", 1_000).unwrap();
-    let informer = informer(&server).page_size(200).start().unwrap();
-    let (each, log_each) = Recorder::start();
+    let r = Reference::start().await;
     // The pipelined subscriber pauses its mailbox at its first event, so the
     // rest queue up: at most `pipeline` in its mailbox, the others pending.
     let (gate_tx, gate_rx) = watch::channel(false);
     let (pipelined, log_pipelined) = SyncRecorder::gated(gate_rx);
-    let sub_each = informer
-        .subscribe(each.recipient(), SubscribeOptions::default())
-        .await
-        .unwrap();
-    let sub_pipelined = informer
+    let sub_pipelined = r
+        .informer
         .subscribe_pipelined(
             &pipelined,
             SubscribeOptions::default().capacity(4096).pipeline(8),
         )
         .await
         .unwrap();
-    sub_each.wait_for_sync(SYNC).await.unwrap();
-    for i in 0..50 {
-        create(&server, &format!("new-{i}"), "1");
-    }
-    server
-        .delete("", "configmaps", Some("default"), "new-0")
-        .unwrap();
+    r.change().await;
     // 1 000 initial adds, 50 adds, 1 delete: all but the 8 sent (one of
     // them handled) stay pending.
     eventually(SETTLE, "the pipelined subscriber holds a backlog", || {
@@ -754,9 +772,9 @@ async fn pipelined_subscriber_sees_the_same_sequence_as_a_per_event_one() {
     assert!(!sub_pipelined.has_synced());
     gate_tx.send_replace(true);
     sub_pipelined.wait_for_sync(SYNC).await.unwrap();
-    converges(&server, &log_each, "per-event subscriber converges").await;
-    converges(&server, &log_pipelined, "pipelined subscriber converges").await;
-    let (each, pipelined) = (log_each.lock().unwrap(), log_pipelined.lock().unwrap());
+    converges(&r.server, &r.log_each, "per-event subscriber converges").await;
+    converges(&r.server, &log_pipelined, "pipelined subscriber converges").await;
+    let (each, pipelined) = (r.log_each.lock().unwrap(), log_pipelined.lock().unwrap());
     assert_eq!(
         each.events, pipelined.events,
         "same notifications, same order"

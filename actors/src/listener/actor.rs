@@ -1030,6 +1030,47 @@ mod tests {
         }
     }
 
+    /// A `Block` listener (capacity 1000) over a [`PausingSink`] whose gate is closed.
+    struct Paused {
+        sink: Addr<PausingSink>,
+        listener: Addr<Listener<ConfigMap>>,
+        stats: Arc<ListenerStats>,
+        seen: Arc<std::sync::Mutex<Vec<String>>>,
+        gate_tx: watch::Sender<bool>,
+    }
+
+    impl Paused {
+        fn start(target: impl FnOnce(Recipient<Event<ConfigMap>>) -> Target<ConfigMap>) -> Self {
+            let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+            let (gate_tx, gate) = watch::channel(false);
+            let sink = PausingSink {
+                seen: seen.clone(),
+                gate,
+            }
+            .start();
+            let (synced, _) = watch::channel(false);
+            let stats = Arc::new(ListenerStats::default());
+            let listener = Listener::new(
+                SubscriberId(1),
+                target(sink.clone().recipient()),
+                ListenerOptions {
+                    policy: OverflowPolicy::Block,
+                    capacity: 1000,
+                },
+                synced,
+                stats.clone(),
+            )
+            .start();
+            Paused {
+                sink,
+                listener,
+                stats,
+                seen,
+                gate_tx,
+            }
+        }
+    }
+
     /// A pipelined listener (depth 4) over a paused subscriber with 20 events
     /// queued: four sent (two answered sends, each acknowledging the event
     /// sent before it), one of them handled, the rest pending.
@@ -1041,29 +1082,16 @@ mod tests {
         watch::Sender<bool>,
         Vec<String>,
     ) {
-        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let (gate_tx, gate) = watch::channel(false);
-        let sink = PausingSink {
-            seen: seen.clone(),
-            gate,
-        }
-        .start();
-        let (synced, _) = watch::channel(false);
-        let stats = Arc::new(ListenerStats::default());
-        let listener = Listener::new(
-            SubscriberId(1),
-            Target::Pipelined {
-                recipient: sink.recipient(),
-                depth: 4,
-            },
-            ListenerOptions {
-                policy: OverflowPolicy::Block,
-                capacity: 100,
-            },
-            synced,
-            stats.clone(),
-        )
-        .start();
+        let Paused {
+            listener,
+            stats,
+            seen,
+            gate_tx,
+            ..
+        } = Paused::start(|recipient| Target::Pipelined {
+            recipient,
+            depth: 4,
+        });
         let names: Vec<String> = (0..20).map(|i| format!("o{i}")).collect();
         listener
             .send(Deliver(names.iter().map(|n| added(n)).collect()))
@@ -1155,26 +1183,13 @@ mod tests {
     async fn over_capacity_keeps_order(
         target: impl FnOnce(Recipient<Event<ConfigMap>>) -> Target<ConfigMap>,
     ) {
-        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let (gate_tx, gate) = watch::channel(false);
-        let sink = PausingSink {
-            seen: seen.clone(),
-            gate,
-        }
-        .start();
-        let (synced, _) = watch::channel(false);
-        let stats = Arc::new(ListenerStats::default());
-        let listener = Listener::new(
-            SubscriberId(1),
-            target(sink.clone().recipient()),
-            ListenerOptions {
-                policy: OverflowPolicy::Block,
-                capacity: 1000,
-            },
-            synced,
-            stats.clone(),
-        )
-        .start();
+        let Paused {
+            sink,
+            listener,
+            stats,
+            seen,
+            gate_tx,
+        } = Paused::start(target);
         // Paused at its first event, then flooded past its mailbox capacity (16).
         listener
             .send(Deliver(vec![added("first")]))
