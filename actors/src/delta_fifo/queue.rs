@@ -538,7 +538,7 @@ impl<K: Resource> DeltaQueue<K> {
     /// (after a 100k-object list, ~60 bytes per cached object). A no-op
     /// while anything is queued, or when the containers are small.
     pub fn release_idle_memory(&mut self) {
-        const KEEP: usize = 1024;
+        const KEEP: usize = 4096;
         if !self.queue.is_empty() || !self.in_flight.is_empty() {
             return;
         }
@@ -728,20 +728,20 @@ mod tests {
     #[test]
     fn an_idle_queue_releases_what_a_burst_left_behind() {
         let mut q = queue();
-        let objects: Vec<_> = (0..5_000).map(|i| o(&format!("o{i}"), 1)).collect();
+        let objects: Vec<_> = (0..10_000).map(|i| o(&format!("o{i}"), 1)).collect();
         q.replace(objects, &()).unwrap();
-        let batch = q.pop_batch(5_000);
-        assert_eq!(batch.len(), 5_000);
+        let batch = q.pop_batch(10_000);
+        assert_eq!(batch.len(), 10_000);
         q.release_idle_memory();
-        assert!(q.in_flight.capacity() >= 5_000, "in flight: kept");
+        assert!(q.in_flight.capacity() >= 10_000, "in flight: kept");
         for p in &batch {
             q.done(&p.receipt);
         }
         q.release_idle_memory();
-        assert!(q.items.capacity() <= 1024, "{}", q.items.capacity());
-        assert!(q.queue.capacity() <= 1024);
-        assert!(q.in_flight.capacity() <= 1024);
-        assert!(q.outstanding.capacity() <= 1024);
+        assert!(q.items.capacity() <= 4096, "{}", q.items.capacity());
+        assert!(q.queue.capacity() <= 4096);
+        assert!(q.in_flight.capacity() <= 4096);
+        assert!(q.outstanding.capacity() <= 4096);
         assert!(q.has_synced());
         // Still a working queue.
         q.add(o("late", 2), &()).unwrap();

@@ -409,6 +409,12 @@ impl<K: Send + Sync + 'static> Listener<K> {
             for w in self.idle_waiters.drain(..) {
                 let _ = w.send(());
             }
+            // Caught up: give back what a backlog grew.
+            self.queue.release_idle_memory();
+            self.lane.release_idle_memory();
+            if self.parked.is_empty() && self.parked.capacity() > 1024 {
+                self.parked = VecDeque::new();
+            }
         }
     }
 

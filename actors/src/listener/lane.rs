@@ -123,6 +123,19 @@ impl<K> ResyncLane<K> {
         self.order.clear();
         self.pending.clear();
     }
+
+    /// Once empty, gives back what a sweep left: a subscriber that was slow
+    /// during a resync of 100k objects held one per object, and the lane
+    /// would otherwise keep that size for good.
+    pub fn release_idle_memory(&mut self) {
+        const KEEP: usize = 4096;
+        if self.pending.is_empty()
+            && (self.order.capacity() > KEEP || self.pending.capacity() > KEEP)
+        {
+            self.order = VecDeque::new();
+            self.pending = HashMap::default();
+        }
+    }
 }
 
 #[cfg(test)]
@@ -151,6 +164,24 @@ mod tests {
 
     fn state(e: &Event<u32>) -> (String, u32, Cause) {
         (e.key().to_string(), **e.object().unwrap(), e.cause())
+    }
+
+    #[test]
+    fn an_idle_lane_releases_what_a_sweep_left() {
+        let mut lane = ResyncLane::new();
+        for i in 0..10_000 {
+            lane.push(resync(&format!("k{i}"), 1));
+        }
+        lane.release_idle_memory();
+        assert_eq!(lane.len(), 10_000, "pending: kept");
+        while lane.pop().is_some() {}
+        lane.release_idle_memory();
+        assert!(lane.order.capacity() <= 4096 && lane.pending.capacity() <= 4096);
+        lane.push(resync("a", 2));
+        assert_eq!(
+            lane.pop().map(|e| state(&e)),
+            Some(("a".into(), 2, Cause::Resync))
+        );
     }
 
     #[test]

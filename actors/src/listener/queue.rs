@@ -234,6 +234,23 @@ impl<K> ListenerQueue<K> {
             Inner::Coalesce(q) => q.clear(),
         }
     }
+
+    /// Once empty, gives back what a backlog grew beyond the first
+    /// allocation: a `Coalesce` queue that held one notification per key of
+    /// a 100k-object cache otherwise keeps that size for good. (A `Block`
+    /// queue never grows past its bound.) A no-op while anything is pending.
+    pub fn release_idle_memory(&mut self) {
+        let prealloc = self.capacity.min(PREALLOCATE_MAX);
+        if let Inner::Coalesce(q) = &mut self.inner
+            && q.len == 0
+            && (q.order.capacity() > 2 * q.first_capacity
+                || q.slots.capacity() > 2 * q.first_capacity)
+        {
+            let next_seq = q.next_seq;
+            *q = CoalesceQueue::with_capacity(prealloc);
+            q.next_seq = next_seq;
+        }
+    }
 }
 
 /// The `Block` policy: a plain FIFO of every notification. It keeps no per-key
@@ -320,16 +337,22 @@ struct CoalesceQueue<K> {
     next_seq: u64,
     len: usize,
     stale: usize,
+    /// What `with_capacity` allocated: growth beyond twice that is a backlog's.
+    first_capacity: usize,
 }
 
 impl<K> CoalesceQueue<K> {
     fn with_capacity(n: usize) -> Self {
+        let order = VecDeque::with_capacity(n);
+        let slots = HashMap::with_capacity(n);
+        let first_capacity = order.capacity().max(slots.capacity());
         CoalesceQueue {
-            order: VecDeque::with_capacity(n),
-            slots: HashMap::with_capacity(n),
+            order,
+            slots,
             next_seq: 0,
             len: 0,
             stale: 0,
+            first_capacity,
         }
     }
 
@@ -979,6 +1002,29 @@ mod block_tests {
             object,
             cause: Cause::Initial,
         }
+    }
+
+    /// After a backlog of 5 000 keys drains, a `Coalesce` queue shrinks back
+    /// to its first allocation, and still works.
+    #[test]
+    fn an_idle_coalesce_queue_releases_its_backlog() {
+        let mut q = ListenerQueue::new(OverflowPolicy::Coalesce, 16);
+        for i in 0..5_000 {
+            q.push(added(&format!("k{i}"))).unwrap();
+        }
+        q.release_idle_memory();
+        assert_eq!(q.len(), 5_000, "pending: kept");
+        while q.pop().is_some() {}
+        q.release_idle_memory();
+        let Inner::Coalesce(inner) = &q.inner else {
+            panic!("a coalesce queue");
+        };
+        assert!(inner.order.capacity() <= inner.first_capacity);
+        assert!(inner.slots.capacity() <= inner.first_capacity);
+        q.push(added("a")).unwrap();
+        q.push(added("a")).unwrap();
+        assert_eq!((q.len(), q.coalesced()), (1, 1));
+        assert_eq!(q.pop().map(|e| e.key().to_string()), Some("a".into()));
     }
 
     #[test]
