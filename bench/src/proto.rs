@@ -42,13 +42,22 @@ pub struct Variant {
     pub streaming: bool,
     /// managedFields handling.
     pub strip: Strip,
-    /// Subscribers handle batches (`subscribe_batches`; kinformer only).
+    /// How kinformer's subscribers are subscribed (kinformer only).
     #[serde(default)]
-    pub batched: bool,
-    /// Subscribers take events one per call, several in their mailbox at
-    /// once (`subscribe_pipelined`; kinformer only).
-    #[serde(default)]
-    pub pipelined: bool,
+    pub delivery: Delivery,
+}
+
+/// The kinformer subscription call under test: one variant at a time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Delivery {
+    /// `subscribe`: one event per call, the next when it returned.
+    #[default]
+    Each,
+    /// `subscribe_pipelined`: one event per call, several in the mailbox.
+    Pipelined,
+    /// `subscribe_batches`: one `EventBatch` per call.
+    Batched,
 }
 
 impl Variant {
@@ -57,16 +66,14 @@ impl Variant {
         lib: Lib::Kinformer,
         streaming: false,
         strip: Strip::None,
-        batched: false,
-        pipelined: false,
+        delivery: Delivery::Each,
     };
     /// kube-runtime with defaults.
     pub const KUBE_RUNTIME: Variant = Variant {
         lib: Lib::KubeRuntime,
         streaming: false,
         strip: Strip::None,
-        batched: false,
-        pipelined: false,
+        delivery: Delivery::Each,
     };
 
     /// The same with streaming lists.
@@ -77,13 +84,13 @@ impl Variant {
 
     /// The same with batched subscribers.
     pub fn batched(mut self) -> Self {
-        self.batched = true;
+        self.delivery = Delivery::Batched;
         self
     }
 
     /// The same with pipelined subscribers.
     pub fn pipelined(mut self) -> Self {
-        self.pipelined = true;
+        self.delivery = Delivery::Pipelined;
         self
     }
 
@@ -102,11 +109,10 @@ impl Variant {
         if self.streaming {
             s.push_str(" (streaming list)");
         }
-        if self.batched {
-            s.push_str(" (batched subscribers)");
-        }
-        if self.pipelined {
-            s.push_str(" (pipelined subscribers)");
+        match self.delivery {
+            Delivery::Each => {}
+            Delivery::Batched => s.push_str(" (batched subscribers)"),
+            Delivery::Pipelined => s.push_str(" (pipelined subscribers)"),
         }
         match self.strip {
             Strip::None => {}

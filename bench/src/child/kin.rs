@@ -14,7 +14,7 @@ use kube::Api;
 use super::Under;
 use crate::objects::seed_index;
 use crate::probe::Probe;
-use crate::proto::{ChildSpec, Policy, Stall, Strip, SubSpec};
+use crate::proto::{ChildSpec, Delivery, Policy, Stall, Strip, SubSpec};
 
 /// A subscriber actor that records into its [`Probe`] and may stall once.
 struct Recorder {
@@ -138,14 +138,14 @@ pub async fn start<K: Object>(api: Api<K>, spec: &ChildSpec) -> anyhow::Result<K
                 Policy::Coalesce => OverflowPolicy::Coalesce,
             })
             .capacity(spec.capacity);
-        subs.push(if spec.variant.batched {
-            informer
-                .subscribe_batches(actor.recipient(), options)
-                .await?
-        } else if spec.variant.pipelined {
-            informer.subscribe_pipelined(&actor, options).await?
-        } else {
-            informer.subscribe(actor.recipient(), options).await?
+        subs.push(match spec.variant.delivery {
+            Delivery::Batched => {
+                informer
+                    .subscribe_batches(actor.recipient(), options)
+                    .await?
+            }
+            Delivery::Pipelined => informer.subscribe_pipelined(&actor, options).await?,
+            Delivery::Each => informer.subscribe(actor.recipient(), options).await?,
         });
         probes.push(probe);
     }
