@@ -17,6 +17,22 @@ pub struct Bar {
     pub detail: String,
 }
 
+impl Bar {
+    /// A bar judged over `details.len()` comparisons, all of which `ok` covers:
+    /// not applicable when nothing was compared (e.g. `--only kinformer`).
+    pub fn compared(bar: impl Into<String>, ok: bool, details: &[String]) -> Bar {
+        Bar {
+            bar: bar.into(),
+            met: (!details.is_empty()).then_some(ok),
+            detail: if details.is_empty() {
+                "nothing to compare in this run".into()
+            } else {
+                details.join("; ")
+            },
+        }
+    }
+}
+
 /// A table: header and rows of cells.
 #[derive(Debug, Clone, Serialize, Default)]
 pub struct Table {
@@ -157,6 +173,15 @@ impl Section {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bar_with_nothing_compared_is_not_applicable() {
+        let none = Bar::compared("fast", true, &[]);
+        assert_eq!(none.met, None);
+        let missed = Bar::compared("fast", false, &["1 subscriber: 0.8×".to_string()]);
+        assert_eq!(missed.met, Some(false));
+        assert_eq!(missed.detail, "1 subscriber: 0.8×");
+    }
 
     #[test]
     fn markdown_has_tables_and_bars() {

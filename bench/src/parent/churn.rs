@@ -312,11 +312,11 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
         ],
         tables: vec![table, max_table],
         bars: vec![
-            Bar {
-                bar: "maximum sustainable rate ≥ 2× kube-runtime's shared store, same subscribers".into(),
-                met: Some(rate_ok),
-                detail: rate_d.join("; "),
-            },
+            Bar::compared(
+                "maximum sustainable rate ≥ 2× kube-runtime's shared store, same subscribers",
+                rate_ok,
+                &rate_d,
+            ),
             p99_bar,
         ],
         raw: paced

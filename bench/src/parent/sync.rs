@@ -261,26 +261,18 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
     }
     section.tables = vec![table, ratios, decode_table];
     section.bars = vec![
-        Bar {
-            bar: "time to synced ≤ 0.7× kube-runtime".into(),
-            met: Some(time_ok),
-            detail: time_d.join("; "),
-        },
-        Bar {
-            bar: "peak heap ≤ 0.8× kube-runtime".into(),
-            met: Some(peak_ok),
-            detail: peak_d.join("; "),
-        },
-        Bar {
-            bar: "steady bytes per cached object ≤ 0.8× kube-runtime".into(),
-            met: Some(steady_ok),
-            detail: steady_d.join("; "),
-        },
-        Bar {
-            bar: "sync throughput ≥ 0.7 × decode-only throughput".into(),
-            met: Some(tput_ok),
-            detail: tput_d.join("; "),
-        },
+        Bar::compared("time to synced ≤ 0.7× kube-runtime", time_ok, &time_d),
+        Bar::compared("peak heap ≤ 0.8× kube-runtime", peak_ok, &peak_d),
+        Bar::compared(
+            "steady bytes per cached object ≤ 0.8× kube-runtime",
+            steady_ok,
+            &steady_d,
+        ),
+        Bar::compared(
+            "sync throughput ≥ 0.7 × decode-only throughput",
+            tput_ok,
+            &tput_d,
+        ),
     ];
     section.raw = results
         .into_iter()
