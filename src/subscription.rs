@@ -115,7 +115,7 @@ impl<K: Object> Subscription<K> {
             .map_err(|_| InformerError::Stopped)
     }
 
-    /// Live counters (pending, delivered, resyncs, coalesced).
+    /// Live counters (pending, in flight, delivered, resyncs, coalesced).
     pub fn stats(&self) -> &ListenerStats {
         &self.stats
     }

@@ -141,6 +141,12 @@ fn metrics_move_with_the_workload_and_sigint_stops_gracefully() {
                 && k.contains(r#"subscriber="slow""#))
     );
     assert!(
+        first
+            .keys()
+            .any(|k| k.starts_with("kinformer_subscriber_in_flight{")
+                && k.contains(r#"subscriber="slow""#))
+    );
+    assert!(
         value(&first, "kinformer_lists_total", &[cm]) >= 1.0,
         "at least the initial list is counted"
     );

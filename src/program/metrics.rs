@@ -255,6 +255,8 @@ impl Registry {
                         .set(pending);
                     gauge!("kinformer_subscriber_pending", "informer" => inf.clone(), "subscriber" => name.clone())
                         .set(pending);
+                    gauge!("kinformer_subscriber_in_flight", "informer" => inf.clone(), "subscriber" => name.clone())
+                        .set(ls.in_flight.load(Ordering::Relaxed) as f64);
                     let sc = |metric: &'static str, v: u64| {
                         counter!(metric, "informer" => inf.clone(), "subscriber" => name.clone())
                             .absolute(v);
@@ -367,6 +369,10 @@ fn describe() {
     describe_gauge!(
         "kinformer_subscriber_pending",
         "Notifications waiting for the subscriber."
+    );
+    describe_gauge!(
+        "kinformer_subscriber_in_flight",
+        "Notifications sent to the subscriber whose handler has not returned yet."
     );
     describe_gauge!(
         "kinformer_subscriber_synced",

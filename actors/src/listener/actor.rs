@@ -47,6 +47,9 @@ pub struct ListenerGone;
 pub struct ListenerStats {
     /// Notifications waiting in the queue.
     pub pending: AtomicUsize,
+    /// Notifications sent to the subscriber whose handler call has not
+    /// returned yet (at most the pipeline depth, or one batch).
+    pub in_flight: AtomicUsize,
     /// Notifications handled by the subscriber.
     pub delivered: AtomicU64,
     /// Resync notifications handled by the subscriber.
@@ -296,6 +299,10 @@ impl<K: Send + Sync + 'static> Listener<K> {
             self.queue.len() + self.lane.len() + self.parked.len(),
             Ordering::Relaxed,
         );
+        self.stats.in_flight.store(
+            self.replies.iter().map(|c| c.sent.events as usize).sum(),
+            Ordering::Relaxed,
+        );
         self.stats
             .coalesced
             .store(self.queue.coalesced(), Ordering::Relaxed);
@@ -431,6 +438,7 @@ impl<K: Send + Sync + 'static> Listener<K> {
             let _ = self.sync.finish_many(sent.initial);
         }
         if self.stopping {
+            self.refresh_stats();
             if self.replies.is_empty() {
                 ctx.stop();
             }
@@ -1117,6 +1125,11 @@ mod tests {
             16,
             "at most 4 in flight"
         );
+        assert_eq!(
+            stats.in_flight.load(Ordering::SeqCst),
+            4,
+            "the stats count what is in flight"
+        );
         assert_eq!(seen.lock().unwrap().clone(), vec!["o0".to_string()]);
         (listener, stats, seen, gate_tx, names)
     }
@@ -1133,6 +1146,7 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         assert_eq!(seen.lock().unwrap().clone(), names);
+        assert_eq!(stats.in_flight.load(Ordering::SeqCst), 0);
     }
 
     /// Stopping a pipelined listener waits for the events already in the
@@ -1155,6 +1169,7 @@ mod tests {
             .unwrap();
         assert_eq!(seen.lock().unwrap().clone(), names[..4].to_vec());
         assert_eq!(stats.pending.load(Ordering::SeqCst), 0);
+        assert_eq!(stats.in_flight.load(Ordering::SeqCst), 0);
     }
 
     /// Another sender's message to the same subscriber.
