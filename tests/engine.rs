@@ -413,6 +413,19 @@ async fn stalled_block_subscriber_holds_the_pipeline_with_bounded_memory() {
                 configmap(&format!("n{i}"), "v"),
             )
             .unwrap();
+        // Later states of some keys, right behind their creates.
+        let name = format!("n{i}");
+        if i % 10 == 0 {
+            let mut o = server
+                .get("", "configmaps", Some("default"), &name)
+                .unwrap();
+            o["data"]["value"] = "w".into();
+            server.update("", "configmaps", Some("default"), o).unwrap();
+        } else if i % 10 == 5 {
+            server
+                .delete("", "configmaps", Some("default"), &name)
+                .unwrap();
+        }
     }
     // Give the pipeline time to fill; memory stays bounded by the queue bounds.
     let mut max_pending = 0;
@@ -436,6 +449,8 @@ async fn stalled_block_subscriber_holds_the_pipeline_with_bounded_memory() {
         || log.lock().unwrap().view == truth,
     )
     .await;
+    let log = log.lock().unwrap();
+    assert_eq!(log.out_of_order().map(|s| (&s.key, &s.rv)), None);
 }
 
 #[actix::test]

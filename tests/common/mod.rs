@@ -56,6 +56,19 @@ impl Log {
     pub fn count(&self, f: impl Fn(&Seen) -> bool) -> usize {
         self.events.iter().filter(|s| f(s)).count()
     }
+
+    /// The first event whose resourceVersion is older than the one seen
+    /// before it for the same key (the embedded server's are numbers), if any.
+    pub fn out_of_order(&self) -> Option<&Seen> {
+        let mut last: BTreeMap<&str, u64> = BTreeMap::new();
+        self.events.iter().find(|s| {
+            let Some(rv) = s.rv.as_deref().and_then(|rv| rv.parse::<u64>().ok()) else {
+                return false;
+            };
+            let before = last.insert(&s.key, rv).unwrap_or(0);
+            rv < before
+        })
+    }
 }
 
 /// A subscriber actor that records every event; optionally stalls behind a

@@ -274,7 +274,9 @@ impl<K: Send + Sync + 'static> Listener<K> {
                     }
                 }
                 Err(full) => {
-                    self.parked.push_back(full.into_event());
+                    // Back where it came from: the front of `parked` (new
+                    // events are only taken once `parked` is empty).
+                    self.parked.push_front(full.into_event());
                     self.parked.extend(events);
                     self.release_sweep();
                     self.refresh_stats();
@@ -1055,6 +1057,13 @@ mod tests {
 
     impl Paused {
         fn start(target: impl FnOnce(Recipient<Event<ConfigMap>>) -> Target<ConfigMap>) -> Self {
+            Self::with_capacity(1000, target)
+        }
+
+        fn with_capacity(
+            capacity: usize,
+            target: impl FnOnce(Recipient<Event<ConfigMap>>) -> Target<ConfigMap>,
+        ) -> Self {
             let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
             let (gate_tx, gate) = watch::channel(false);
             let sink = PausingSink {
@@ -1069,7 +1078,7 @@ mod tests {
                 target(sink.clone().recipient()),
                 ListenerOptions {
                     policy: OverflowPolicy::Block,
-                    capacity: 1000,
+                    capacity,
                 },
                 synced,
                 stats.clone(),
@@ -1083,6 +1092,41 @@ mod tests {
                 gate_tx,
             }
         }
+    }
+
+    /// Regression: a full `Block` queue taking parked events one slot at a
+    /// time put the parked event that did not fit behind the others (o2
+    /// after o19), reordering what a stalled subscriber then received.
+    #[actix::test]
+    async fn parked_events_keep_their_order_as_a_full_queue_drains() {
+        let Paused {
+            listener,
+            stats,
+            seen,
+            gate_tx,
+            ..
+        } = Paused::with_capacity(4, |recipient| Target::Each(recipient));
+        let names: Vec<String> = (0..20).map(|i| format!("o{i}")).collect();
+        let mut answer = Box::pin(listener.send(Deliver(names.iter().map(|n| added(n)).collect())));
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            futures::poll!(&mut answer).is_pending(),
+            "the Deliver that overflowed waits for room"
+        );
+        gate_tx.send_replace(true);
+        tokio::time::timeout(Duration::from_secs(5), answer)
+            .await
+            .expect("answered once the parked events fit")
+            .unwrap()
+            .unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while stats.delivered.load(Ordering::SeqCst) < 20 {
+            assert!(tokio::time::Instant::now() < deadline, "not all delivered");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(seen.lock().unwrap().clone(), names);
     }
 
     /// A pipelined listener (depth 4) over a paused subscriber with 20 events
