@@ -1129,6 +1129,129 @@ mod tests {
         assert_eq!(seen.lock().unwrap().clone(), names);
     }
 
+    /// Records keys; every few calls it pauses its mailbox for a moment, so
+    /// the listener sees answers late and its queue fill and drain.
+    struct JitterySink {
+        seen: Arc<std::sync::Mutex<Vec<String>>>,
+        calls: u64,
+        every: u64,
+    }
+
+    impl JitterySink {
+        fn record(&mut self, keys: impl Iterator<Item = String>, ctx: &mut Context<Self>) {
+            self.seen.lock().unwrap().extend(keys);
+            self.calls += 1;
+            if self.calls.is_multiple_of(self.every) {
+                ctx.wait(
+                    async {
+                        for _ in 0..3 {
+                            tokio::task::yield_now().await;
+                        }
+                    }
+                    .into_actor(self),
+                );
+            }
+        }
+    }
+
+    impl Actor for JitterySink {
+        type Context = Context<Self>;
+    }
+
+    impl Handler<Event<ConfigMap>> for JitterySink {
+        type Result = ();
+
+        fn handle(&mut self, e: Event<ConfigMap>, ctx: &mut Context<Self>) {
+            self.record(std::iter::once(e.key().to_string()), ctx);
+        }
+    }
+
+    impl Handler<EventBatch<ConfigMap>> for JitterySink {
+        type Result = ();
+
+        fn handle(&mut self, b: EventBatch<ConfigMap>, ctx: &mut Context<Self>) {
+            self.record(b.0.iter().map(|e| e.key().to_string()), ctx);
+        }
+    }
+
+    /// Every combination of policy, capacity, delivery mode and Deliver size
+    /// (seeded pseudo-random sizes, a subscriber that pauses now and then)
+    /// hands the subscriber exactly what was delivered, in order.
+    #[actix::test]
+    async fn every_delivery_mode_keeps_order_under_varying_pressure() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for policy in [OverflowPolicy::Block, OverflowPolicy::Coalesce] {
+            for capacity in [1, 2, 3, 8] {
+                for mode in 0..6 {
+                    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+                    let sink = JitterySink {
+                        seen: seen.clone(),
+                        calls: 0,
+                        every: 1 + next(4),
+                    }
+                    .start();
+                    let target = match mode {
+                        0 => Target::Each(sink.clone().recipient()),
+                        1..=3 => Target::Pipelined {
+                            recipient: sink.clone().recipient(),
+                            depth: [2, 4, 8][mode - 1],
+                        },
+                        _ => Target::Batches {
+                            recipient: sink.clone().recipient(),
+                            max: [1, 5][mode - 4],
+                        },
+                    };
+                    let stats = Arc::new(ListenerStats::default());
+                    let listener = Listener::new(
+                        SubscriberId(1),
+                        target,
+                        ListenerOptions { policy, capacity },
+                        watch::channel(false).0,
+                        stats.clone(),
+                    )
+                    .start();
+                    let case = format!("{policy:?}, capacity {capacity}, mode {mode}");
+                    let mut names = Vec::new();
+                    for _ in 0..20 {
+                        let size = 1 + next(2 * capacity as u64 + 4) as usize;
+                        let batch: Vec<String> = (names.len()..names.len() + size)
+                            .map(|i| format!("o{i}"))
+                            .collect();
+                        let events = batch.iter().map(|n| added(n)).collect();
+                        names.extend(batch);
+                        tokio::time::timeout(
+                            Duration::from_secs(5),
+                            listener.send(Deliver(events)),
+                        )
+                        .await
+                        .unwrap_or_else(|_| panic!("{case}: Deliver not answered"))
+                        .unwrap()
+                        .unwrap();
+                    }
+                    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+                    while seen.lock().unwrap().len() < names.len() {
+                        assert!(
+                            tokio::time::Instant::now() < deadline,
+                            "{case}: {} of {} delivered",
+                            seen.lock().unwrap().len(),
+                            names.len()
+                        );
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                    assert_eq!(*seen.lock().unwrap(), names, "{case}");
+                    assert_eq!(stats.pending.load(Ordering::SeqCst), 0, "{case}");
+                    assert_eq!(stats.in_flight.load(Ordering::SeqCst), 0, "{case}");
+                }
+            }
+        }
+    }
+
     /// A pipelined listener (depth 4) over a paused subscriber with 20 events
     /// queued: four sent (two answered sends, each acknowledging the event
     /// sent before it), one of them handled, the rest pending.
