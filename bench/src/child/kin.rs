@@ -192,7 +192,12 @@ impl<K: Object> Under for KinUnder<K> {
     fn pending(&self) -> Vec<usize> {
         self.subs
             .iter()
-            .map(|s| s.stats().pending.load(std::sync::atomic::Ordering::Relaxed))
+            .map(|s| {
+                // Not yet handled: queued, plus sent and not yet returned.
+                let stats = s.stats();
+                stats.pending.load(std::sync::atomic::Ordering::Relaxed)
+                    + stats.in_flight.load(std::sync::atomic::Ordering::Relaxed)
+            })
             .collect()
     }
 

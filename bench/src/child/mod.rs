@@ -42,7 +42,7 @@ pub(crate) trait Under {
     fn lists(&self) -> u64;
     /// Objects received by the list in progress (or yielded at list time).
     fn list_progress(&self) -> u64;
-    /// Notifications waiting per subscriber (kinformer only).
+    /// Notifications not yet handled per subscriber: queued or in flight (kinformer only).
     fn pending(&self) -> Vec<usize>;
     /// Deltas queued inside the informer (kinformer only).
     fn queued(&self) -> usize;
