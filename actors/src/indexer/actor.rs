@@ -16,7 +16,10 @@
 //!   ([`DeliverResync`]) beside the batches, one chunk in flight at a time:
 //!   a sweep advances at the pace its subscribers take it, never makes a
 //!   real change wait, and a stalled subscriber slows it but never stops it
-//!   ([`RESYNC_HOLD_MAX`](crate::listener::RESYNC_HOLD_MAX)).
+//!   ([`RESYNC_HOLD_MAX`](crate::listener::RESYNC_HOLD_MAX)). It pauses only
+//!   while a batch is partly handed out (a full `Block` listener holds the
+//!   rest, which holds every listener anyway): a resync read from the cache
+//!   then could reach a subscriber before the change it shows.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -125,6 +128,10 @@ pub struct Indexer<K: Resource + Send + Sync + 'static> {
     replays: VecDeque<Replay>,
     sweeps: VecDeque<Sweep>,
     sweeping: bool,
+    /// A batch's events are only partly handed out (a full `Block` listener
+    /// holds the next chunk). Sweeps wait: the cache already holds the rest,
+    /// and a resync built from it would reach a subscriber before the change.
+    handing_out: bool,
     stats: Arc<IndexerStats>,
     span: tracing::Span,
 }
@@ -143,6 +150,7 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
             replays: VecDeque::new(),
             sweeps: VecDeque::new(),
             sweeping: false,
+            handing_out: false,
             stats,
             span: tracing::Span::none(),
         }
@@ -200,10 +208,14 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
             match upserted.previous {
                 Some(old) => {
                     let unchanged = same_version(old.as_ref(), obj.as_ref());
-                    let cause = if unchanged && watch_cause != Cause::Watch {
-                        Cause::Resync
-                    } else {
-                        watch_cause
+                    // A changed object is a real change, whatever the delta
+                    // (a `Sync` of a changed object counts as a relist): only
+                    // unchanged ones may take the resync lane.
+                    let cause = match watch_cause {
+                        Cause::Watch => Cause::Watch,
+                        _ if unchanged => Cause::Resync,
+                        Cause::Resync => Cause::Relist,
+                        other => other,
                     };
                     if !unchanged {
                         self.stats.updated.fetch_add(1, Ordering::Relaxed);
@@ -328,6 +340,7 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
         ctx: &mut Context<Self>,
     ) {
         let end = (pos + CHUNK).min(events.len());
+        self.handing_out = end < events.len();
         let per_listener = targets
             .iter()
             .filter(|(id, _, _)| self.listeners.contains_key(id))
@@ -390,9 +403,10 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
         });
     }
 
-    /// Sends the next chunk of the oldest sweep, unless a chunk is in flight.
+    /// Sends the next chunk of the oldest sweep, unless a chunk is in flight
+    /// or a batch is partly handed out.
     fn step_sweep(&mut self, ctx: &mut Context<Self>) {
-        while !self.sweeping {
+        while !self.sweeping && !self.handing_out {
             let Some(Sweep { ids, keys, pos }) = self.sweeps.pop_front() else {
                 return;
             };
@@ -570,5 +584,195 @@ impl<K: Resource + Send + Sync + 'static> Handler<ResyncDue> for Indexer<K> {
         }
         self.step(ctx);
         MessageResult(gone)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::delta_fifo::{DeltaQueue, DeltaQueueOptions};
+    use crate::listener::{ListenerOptions, ListenerStats, OverflowPolicy};
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::ObjectMeta;
+    use std::sync::Mutex;
+    use std::time::Duration;
+    use tokio::sync::watch;
+
+    type Seen = Arc<Mutex<Vec<(String, Cause)>>>;
+
+    /// Records (key, cause); its handler waits while the gate is closed.
+    struct Gated {
+        seen: Seen,
+        gate: watch::Receiver<bool>,
+    }
+
+    impl Actor for Gated {
+        type Context = Context<Self>;
+    }
+
+    impl Handler<Event<ConfigMap>> for Gated {
+        type Result = ();
+
+        fn handle(&mut self, e: Event<ConfigMap>, ctx: &mut Context<Self>) {
+            let cause = match &e {
+                Event::Added { cause, .. }
+                | Event::Updated { cause, .. }
+                | Event::Deleted { cause, .. } => *cause,
+            };
+            self.seen.lock().unwrap().push((e.key().to_string(), cause));
+            let mut gate = self.gate.clone();
+            if !*gate.borrow() {
+                ctx.wait(
+                    async move {
+                        let _ = gate.wait_for(|open| *open).await;
+                    }
+                    .into_actor(self),
+                );
+            }
+        }
+    }
+
+    /// A Block listener of `capacity` over a [`Gated`] subscriber.
+    fn listener(capacity: usize, gate: watch::Receiver<bool>) -> (Addr<Listener<ConfigMap>>, Seen) {
+        let seen = Seen::default();
+        let sink = Gated {
+            seen: seen.clone(),
+            gate,
+        }
+        .start();
+        let addr = Listener::new(
+            SubscriberId(0),
+            sink.recipient(),
+            ListenerOptions {
+                policy: OverflowPolicy::Block,
+                capacity,
+            },
+            watch::channel(false).0,
+            Arc::new(ListenerStats::default()),
+        )
+        .start();
+        (addr, seen)
+    }
+
+    fn cm(name: &str) -> Arc<ConfigMap> {
+        cm_at(name, "1")
+    }
+
+    fn cm_at(name: &str, rv: &str) -> Arc<ConfigMap> {
+        Arc::new(ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                resource_version: Some(rv.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+    }
+
+    async fn until(what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while !done() {
+            assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    /// Regression: a sweep read the cache while a batch of more than one
+    /// chunk was still being handed out (a full Block listener held its
+    /// second chunk), so a fast subscriber got resyncs of keys whose adds
+    /// had not reached it yet.
+    #[actix::test]
+    async fn a_resync_never_overtakes_the_rest_of_a_batch() {
+        let indexer = Indexer::new(Cache::new(), Arc::new(IndexerStats::default())).start();
+        let (stalled_gate, closed) = watch::channel(false);
+        let (stalled, _) = listener(1, closed);
+        let (fast, seen) = listener(1024, watch::channel(true).1);
+        for (id, listener) in [(1, stalled), (2, fast)] {
+            indexer
+                .send(Subscribe {
+                    id: SubscriberId(id),
+                    listener,
+                })
+                .await
+                .unwrap();
+        }
+        let mut queue = DeltaQueue::new(DeltaQueueOptions::default());
+        let keys: Vec<String> = (0..300).map(|i| format!("o{i:03}")).collect();
+        for k in &keys {
+            queue.add(cm(k), &()).unwrap();
+        }
+        let processed = indexer.send(Process(queue.pop_batch(300)));
+        let due = indexer.send(ResyncDue(vec![SubscriberId(2)]));
+        until("the first chunk reached the fast subscriber", || {
+            seen.lock().unwrap().len() >= CHUNK
+        })
+        .await;
+        assert!(due.await.unwrap().is_empty());
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+        let early: Vec<_> = seen.lock().unwrap()[CHUNK..].to_vec();
+        assert!(
+            early.is_empty(),
+            "nothing after the first chunk while the batch is held: {:?}",
+            &early[..early.len().min(3)]
+        );
+        stalled_gate.send_replace(true);
+        tokio::time::timeout(Duration::from_secs(5), processed)
+            .await
+            .expect("the batch is answered once the stalled listener took it")
+            .unwrap();
+        until(
+            "every add and every resync reached the fast subscriber",
+            || seen.lock().unwrap().len() == 2 * keys.len(),
+        )
+        .await;
+        let seen = seen.lock().unwrap();
+        for k in &keys {
+            let key = format!("ns/{k}");
+            let at = |resync: bool| {
+                seen.iter()
+                    .position(|(s, c)| *s == key && (*c == Cause::Resync) == resync)
+            };
+            assert!(
+                at(false).unwrap() < at(true).unwrap(),
+                "{key}: resync before its add"
+            );
+        }
+    }
+
+    /// A `Sync` delta (DeltaFIFO without `emit_replaced`) of a changed object
+    /// is a real change (`Relist`), never a resync that the resync lane may
+    /// merge away; an unchanged one is a resync, for due subscribers only.
+    #[actix::test]
+    async fn a_sync_delta_of_a_changed_object_is_a_relist_change() {
+        let indexer = Indexer::new(Cache::new(), Arc::new(IndexerStats::default())).start();
+        let (listener, seen) = listener(16, watch::channel(true).1);
+        indexer
+            .send(Subscribe {
+                id: SubscriberId(1),
+                listener,
+            })
+            .await
+            .unwrap();
+        let mut queue = DeltaQueue::new(DeltaQueueOptions {
+            emit_replaced: false,
+        });
+        let known = Cache::new();
+        queue.replace(vec![cm("a"), cm("b")], &known).unwrap();
+        indexer.send(Process(queue.pop_batch(10))).await.unwrap();
+        queue
+            .replace(vec![cm_at("a", "2"), cm("b")], &known)
+            .unwrap();
+        indexer.send(Process(queue.pop_batch(10))).await.unwrap();
+        until("the change of a", || seen.lock().unwrap().len() == 3).await;
+        // b is unchanged: a resync, only for subscribers due for one (none).
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen[2], ("ns/a".to_string(), Cause::Relist), "{seen:?}");
+        assert_eq!(seen.len(), 3, "{seen:?}");
     }
 }
