@@ -132,6 +132,9 @@ pub struct Indexer<K: Resource + Send + Sync + 'static> {
     /// holds the next chunk). Sweeps wait: the cache already holds the rest,
     /// and a resync built from it would reach a subscriber before the change.
     handing_out: bool,
+    /// Subscribers that came due for resync while being replayed: swept once
+    /// their replay ends, so no period is skipped.
+    due_after_replay: BTreeSet<SubscriberId>,
     stats: Arc<IndexerStats>,
     span: tracing::Span,
 }
@@ -151,6 +154,7 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
             sweeps: VecDeque::new(),
             sweeping: false,
             handing_out: false,
+            due_after_replay: BTreeSet::new(),
             stats,
             span: tracing::Span::none(),
         }
@@ -284,6 +288,7 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
             self.stats.listeners_lost.fetch_add(1, Ordering::Relaxed);
         }
         self.syncing.remove(&id);
+        self.due_after_replay.remove(&id);
         self.stats.listeners.store(
             self.listeners.len() + self.replaying.len(),
             Ordering::Relaxed,
@@ -396,6 +401,9 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
                         addr.do_send(ListenerUpstreamSynced);
                     }
                     act.listeners.insert(id, addr);
+                    if act.due_after_replay.remove(&id) {
+                        act.start_sweep(vec![id]);
+                    }
                 }
             } else {
                 act.replays.push_front(Replay { id, keys, pos: end });
@@ -456,6 +464,16 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
             })
             .spawn(ctx);
         }
+    }
+
+    /// Queues a sweep of the whole cache for these subscribers (SI-10).
+    fn start_sweep(&mut self, ids: Vec<SubscriberId>) {
+        self.syncing.extend(ids.iter().copied());
+        self.sweeps.push_back(Sweep {
+            ids,
+            keys: self.cache.keys(),
+            pos: 0,
+        });
     }
 
     /// These subscribers' resync is complete: no longer syncing (SI-10).
@@ -553,6 +571,7 @@ impl<K: Resource + Send + Sync + 'static> Handler<Unsubscribe> for Indexer<K> {
         self.listeners.remove(&id);
         self.replaying.remove(&id);
         self.syncing.remove(&id);
+        self.due_after_replay.remove(&id);
         self.stats.listeners.store(
             self.listeners.len() + self.replaying.len(),
             Ordering::Relaxed,
@@ -570,17 +589,13 @@ impl<K: Resource + Send + Sync + 'static> Handler<ResyncDue> for Indexer<K> {
             .partition(|id| self.listeners.contains_key(id) || self.replaying.contains_key(id));
         // A subscriber whose previous sweep is still running is not swept twice:
         // sweeps never pile up, however slow a subscriber or the Indexer is.
-        let ids: Vec<_> = known
+        let (ids, replaying): (Vec<_>, Vec<_>) = known
             .into_iter()
-            .filter(|id| self.listeners.contains_key(id) && !self.syncing.contains(id))
-            .collect();
-        self.syncing.extend(ids.iter().copied());
+            .filter(|id| !self.syncing.contains(id))
+            .partition(|id| self.listeners.contains_key(id));
+        self.due_after_replay.extend(replaying);
         if !ids.is_empty() {
-            self.sweeps.push_back(Sweep {
-                ids,
-                keys: self.cache.keys(),
-                pos: 0,
-            });
+            self.start_sweep(ids);
         }
         self.step(ctx);
         MessageResult(gone)
@@ -774,5 +789,42 @@ mod tests {
         let seen = seen.lock().unwrap();
         assert_eq!(seen[2], ("ns/a".to_string(), Cause::Relist), "{seen:?}");
         assert_eq!(seen.len(), 3, "{seen:?}");
+    }
+
+    /// A subscriber that comes due for resync while its replay (SI-5) is
+    /// held back by its own full queue is swept once the replay ends, so it
+    /// does not skip a period.
+    #[actix::test]
+    async fn a_subscriber_due_during_its_replay_is_swept_after_it() {
+        let mut cache = Cache::new();
+        let keys: Vec<String> = (0..300).map(|i| format!("o{i:03}")).collect();
+        for k in &keys {
+            let obj = cm(k);
+            cache.upsert(ObjectKey::of(obj.as_ref()).unwrap(), obj);
+        }
+        let indexer = Indexer::new(cache, Arc::new(IndexerStats::default())).start();
+        let (gate, closed) = watch::channel(false);
+        let (listener, seen) = listener(1, closed);
+        indexer
+            .send(Subscribe {
+                id: SubscriberId(1),
+                listener,
+            })
+            .await
+            .unwrap();
+        until("the replay began", || !seen.lock().unwrap().is_empty()).await;
+        let gone = indexer
+            .send(ResyncDue(vec![SubscriberId(1)]))
+            .await
+            .unwrap();
+        assert!(gone.is_empty(), "a replaying subscriber is known");
+        gate.send_replace(true);
+        until("the replay and then a full resync", || {
+            seen.lock().unwrap().len() == 2 * keys.len()
+        })
+        .await;
+        let seen = seen.lock().unwrap();
+        assert!(seen[..keys.len()].iter().all(|(_, c)| *c == Cause::Initial));
+        assert!(seen[keys.len()..].iter().all(|(_, c)| *c == Cause::Resync));
     }
 }
