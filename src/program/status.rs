@@ -186,16 +186,17 @@ fn informer_status(view: &InformerView, events_per_sec: f64) -> String {
     )
 }
 
-/// `name[resync 10s: pending P, resyncs R, coalesced C]`.
+/// `name[resync 10s: pending P, in flight F, delivered D, resyncs R, coalesced C]`.
 fn subscriber_status(sub: &SubscriberView) -> String {
     let guard = sub.subscription();
     match guard.as_ref() {
         Some(subscription) => {
             let ls = subscription.stats();
             format!(
-                "resync {}: pending {}, delivered {}, resyncs {}, coalesced {}",
+                "resync {}: pending {}, in flight {}, delivered {}, resyncs {}, coalesced {}",
                 humantime::format_duration(subscription.resync_period()),
                 ls.pending.load(Ordering::Relaxed),
+                ls.in_flight.load(Ordering::Relaxed),
                 ls.delivered.load(Ordering::Relaxed),
                 ls.resyncs.load(Ordering::Relaxed),
                 ls.coalesced.load(Ordering::Relaxed),
