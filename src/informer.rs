@@ -14,7 +14,7 @@ use kinformer_actors::reflector::{
     Backoff, DecodeOptions, ListWatch, Reflector, ReflectorOptions, ReflectorStats, StopReflector,
     Transform, WatchEndReason,
 };
-use kinformer_actors::resync::{ResyncTimer, ScheduleResync};
+use kinformer_actors::resync::{ResyncTimer, ScheduleResync, StopResync};
 use kinformer_actors::{Event, EventBatch};
 use kube::Api;
 use tokio::sync::watch;
@@ -24,6 +24,7 @@ use crate::subscription::{SubscribeOptions, Subscription};
 
 /// Why an informer operation failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum InformerError {
     /// An index could not be added.
     #[error("index: {0}")]
@@ -31,9 +32,12 @@ pub enum InformerError {
     /// The informer did not sync in time.
     #[error("not synced within {0:?}")]
     SyncTimeout(Duration),
-    /// The informer (or the subscription) has stopped.
+    /// The informer has stopped ([`Informer::stop`], or every handle dropped).
     #[error("the informer has stopped")]
     Stopped,
+    /// The subscriber's actor has stopped, so its listener is gone.
+    #[error("the subscriber has stopped")]
+    SubscriberGone,
     /// Not called from inside an actix system or a tokio `LocalSet`.
     #[error("informers must be started inside an actix System or a tokio LocalSet")]
     NoActorRuntime,
@@ -215,7 +219,7 @@ where
                 synced,
                 rv,
                 next_id: AtomicU64::new(1),
-                stopped: std::sync::atomic::AtomicBool::new(false),
+                stopped: watch::channel(false).0,
                 span,
                 default_resync: self.default_resync,
                 stats,
@@ -301,18 +305,56 @@ struct Shared<K: Object> {
     synced: watch::Receiver<bool>,
     rv: watch::Receiver<String>,
     next_id: AtomicU64,
-    stopped: std::sync::atomic::AtomicBool,
+    /// Set once by [`Informer::stop`] (or the drop of the last handle);
+    /// sync waiters watch it.
+    stopped: watch::Sender<bool>,
     span: tracing::Span,
     default_resync: Duration,
     stats: InformerStatsInner,
 }
 
+impl<K: Object> Shared<K> {
+    /// Stops listing, watching and resyncing (idempotent); true the first time.
+    fn stop(&self) -> bool {
+        if self.stopped.send_replace(true) {
+            return false;
+        }
+        self.resync.do_send(StopResync);
+        true
+    }
+}
+
+/// The last handle is gone (every `Informer` and `Subscription`): nobody can
+/// stop the informer any more, so it stops, as [`Informer::stop`] would.
 impl<K: Object> Drop for Shared<K> {
     fn drop(&mut self) {
+        if self.stop() {
+            self.reflector.do_send(StopReflector);
+        }
         if let Some(arbiter) = &self.reflector_arbiter {
             arbiter.stop();
         }
     }
+}
+
+/// Waits until `synced` holds, at most `timeout`; `Stopped` once the informer
+/// stopped first, `gone` when `synced` closed (its owner ended).
+pub(crate) async fn wait_synced(
+    mut synced: watch::Receiver<bool>,
+    mut stopped: watch::Receiver<bool>,
+    timeout: Duration,
+    gone: InformerError,
+) -> Result<(), InformerError> {
+    let wait = async {
+        tokio::select! {
+            biased;
+            r = synced.wait_for(|s| *s) => r.map(|_| ()).map_err(|_| gone),
+            _ = stopped.wait_for(|s| *s) => Err(InformerError::Stopped),
+        }
+    };
+    tokio::time::timeout(timeout, wait)
+        .await
+        .map_err(|_| InformerError::SyncTimeout(timeout))?
 }
 
 /// A running informer: subscribe actors, read the cache, wait for sync, stop.
@@ -448,7 +490,7 @@ where
 
     /// True once [`Informer::stop`] was called (SI-4: it cannot be restarted).
     pub fn is_stopped(&self) -> bool {
-        self.inner.stopped.load(Ordering::SeqCst)
+        *self.inner.stopped.borrow()
     }
 
     /// True once the initial list has been processed into the cache (DF-15).
@@ -456,14 +498,21 @@ where
         *self.inner.synced.borrow()
     }
 
-    /// Waits until [`Informer::has_synced`], at most `timeout`.
+    /// Waits until [`Informer::has_synced`], at most `timeout`; `Stopped`
+    /// when the informer is stopped before it synced.
     pub async fn wait_for_sync(&self, timeout: Duration) -> Result<(), InformerError> {
-        let mut rx = self.inner.synced.clone();
-        tokio::time::timeout(timeout, rx.wait_for(|s| *s))
-            .await
-            .map_err(|_| InformerError::SyncTimeout(timeout))?
-            .map(|_| ())
-            .map_err(|_| InformerError::Stopped)
+        wait_synced(
+            self.inner.synced.clone(),
+            self.stopped(),
+            timeout,
+            InformerError::Stopped,
+        )
+        .await
+    }
+
+    /// Turns `true` once the informer is stopped.
+    pub(crate) fn stopped(&self) -> watch::Receiver<bool> {
+        self.inner.stopped.subscribe()
     }
 
     /// The resourceVersion of the last list or processed watch event.
@@ -510,10 +559,12 @@ where
         }
     }
 
-    /// Stops listing and watching for good. What is already queued is still
-    /// delivered; nothing new arrives. An informer cannot be restarted (SI-4).
+    /// Stops listing, watching and resyncing for good. What is already
+    /// queued is still delivered; nothing new arrives. An informer cannot be
+    /// restarted (SI-4). Dropping every handle to it (each `Informer` clone
+    /// and each [`Subscription`]) stops it too.
     pub async fn stop(&self) {
-        self.inner.stopped.store(true, Ordering::SeqCst);
+        self.inner.stop();
         let _ = self.inner.reflector.send(StopReflector).await;
     }
 }

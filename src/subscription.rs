@@ -105,14 +105,17 @@ impl<K: Object> Subscription<K> {
         *self.synced.borrow()
     }
 
-    /// Waits until [`Subscription::has_synced`], at most `timeout`.
+    /// Waits until [`Subscription::has_synced`], at most `timeout`;
+    /// `Stopped` when the informer is stopped first, `SubscriberGone` when
+    /// the subscriber's actor stopped.
     pub async fn wait_for_sync(&self, timeout: Duration) -> Result<(), InformerError> {
-        let mut rx = self.synced.clone();
-        tokio::time::timeout(timeout, rx.wait_for(|s| *s))
-            .await
-            .map_err(|_| InformerError::SyncTimeout(timeout))?
-            .map(|_| ())
-            .map_err(|_| InformerError::Stopped)
+        crate::informer::wait_synced(
+            self.synced.clone(),
+            self._informer.stopped(),
+            timeout,
+            InformerError::SubscriberGone,
+        )
+        .await
     }
 
     /// Live counters (pending, in flight, delivered, resyncs, coalesced).

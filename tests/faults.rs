@@ -463,3 +463,87 @@ async fn a_subscription_keeps_its_informer_alive_across_relists() {
     )
     .await;
 }
+
+#[actix::test]
+async fn stop_ends_resyncs_too() {
+    let server = server(10_000);
+    server.seed_configmaps("default", 5).unwrap();
+    let informer = informer(&server).start().unwrap();
+    let (a, log) = Recorder::start();
+    let _sub = informer
+        .subscribe(
+            a.recipient(),
+            SubscribeOptions::default().resync(Duration::from_secs(1)),
+        )
+        .await
+        .unwrap();
+    let resyncs = || {
+        log.lock()
+            .unwrap()
+            .count(|s| s.cause == kinformer::Cause::Resync)
+    };
+    eventually(SETTLE, "a first resync", || resyncs() >= 5).await;
+    informer.stop().await;
+    let at_stop = resyncs();
+    // Two and a half periods: a running timer would have sent two more sweeps.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(
+        resyncs() <= at_stop + 5,
+        "resyncs went on after stop: {at_stop} → {}",
+        resyncs()
+    );
+}
+
+#[actix::test]
+async fn dropping_every_handle_stops_the_informer() {
+    let server = server(10_000);
+    server.seed_configmaps("default", 5).unwrap();
+    let informer = informer(&server).start().unwrap();
+    informer.wait_for_sync(SYNC).await.unwrap();
+    eventually(SETTLE, "the informer watches", || {
+        server.watcher_count() == 1
+    })
+    .await;
+    drop(informer);
+    let mut n = 0;
+    eventually(SETTLE, "the watch is closed", || {
+        // A write makes the server notice a closed connection.
+        n += 1;
+        create(&server, &format!("poke-{n}"), "1");
+        server.watcher_count() == 0
+    })
+    .await;
+}
+
+#[actix::test]
+async fn wait_for_sync_returns_stopped_when_the_informer_stops_first() {
+    let server = server(10_000);
+    server
+        .faults()
+        .fail_next(Verb::List, 1_000_000, Failure::Internal);
+    let informer = informer(&server).backoff(fast_backoff()).start().unwrap();
+    let (a, _log) = Recorder::start();
+    let sub = informer
+        .subscribe(a.recipient(), SubscribeOptions::default())
+        .await
+        .unwrap();
+    let waiter = informer.clone();
+    let waiting =
+        tokio::task::spawn_local(
+            async move { waiter.wait_for_sync(Duration::from_secs(300)).await },
+        );
+    eventually(SETTLE, "lists fail", || informer.stats().failures >= 2).await;
+    informer.stop().await;
+    let result = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the wait ends with the stop")
+        .unwrap();
+    assert!(
+        matches!(result, Err(kinformer::InformerError::Stopped)),
+        "{result:?}"
+    );
+    assert!(matches!(
+        sub.wait_for_sync(Duration::from_secs(300)).await,
+        Err(kinformer::InformerError::Stopped)
+    ));
+}

@@ -26,6 +26,11 @@ pub struct ScheduleResync {
 #[rtype(result = "()")]
 pub struct CancelResync(pub SubscriberId);
 
+/// Stop for good (the informer stopped): no resync is sent after this.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StopResync;
+
 /// Who is due; sent to the Indexer.
 pub use crate::indexer::ResyncDue;
 
@@ -103,5 +108,67 @@ impl Handler<CancelResync> for ResyncTimer {
     fn handle(&mut self, CancelResync(id): CancelResync, ctx: &mut Context<Self>) {
         self.schedule.remove(&id);
         self.reschedule(ctx);
+    }
+}
+
+impl Handler<StopResync> for ResyncTimer {
+    type Result = ();
+
+    fn handle(&mut self, _: StopResync, ctx: &mut Context<Self>) {
+        if let Some(h) = self.timer.take() {
+            ctx.cancel_future(h);
+        }
+        self.schedule = ResyncSchedule::new();
+        ctx.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Counts the `ResyncDue` it receives.
+    struct Due(Arc<AtomicUsize>);
+
+    impl Actor for Due {
+        type Context = Context<Self>;
+    }
+
+    impl Handler<ResyncDue> for Due {
+        type Result = MessageResult<ResyncDue>;
+
+        fn handle(&mut self, _: ResyncDue, _: &mut Context<Self>) -> Self::Result {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            MessageResult(Vec::new())
+        }
+    }
+
+    async fn advance(d: Duration) {
+        tokio::time::advance(d).await;
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[actix::test]
+    async fn a_stopped_timer_sends_nothing_more() {
+        tokio::time::pause();
+        let due = Arc::new(AtomicUsize::new(0));
+        let timer = ResyncTimer::new(Due(due.clone()).start().recipient()).start();
+        timer
+            .send(ScheduleResync {
+                id: SubscriberId(1),
+                period: Duration::from_secs(1),
+            })
+            .await
+            .unwrap();
+        advance(Duration::from_millis(1100)).await;
+        assert_eq!(due.load(Ordering::SeqCst), 1, "due after one period");
+        timer.send(StopResync).await.unwrap();
+        advance(Duration::from_secs(5)).await;
+        assert_eq!(due.load(Ordering::SeqCst), 1, "nothing after the stop");
+        assert!(!timer.connected(), "the timer actor stopped");
     }
 }
