@@ -91,6 +91,22 @@ where
         self
     }
 
+    /// How long a list page or the opening of a watch may go without an
+    /// answer, and how long past its asked-for timeout a watch may stay open,
+    /// before it is given up (default 60 s): kube-client sets no read timeout,
+    /// and a half-open connection would otherwise hang the informer silently.
+    pub fn read_timeout(mut self, timeout: Duration) -> Self {
+        self.reflector.read_timeout = timeout;
+        self
+    }
+
+    /// The shortest watch timeout asked of the server; each watch asks for a
+    /// jittered `[min, 2·min)` (R-15; default 5 minutes, at least 1 s).
+    pub fn min_watch_timeout(mut self, min: Duration) -> Self {
+        self.reflector.min_watch_timeout = min;
+        self
+    }
+
     /// Tuning of the DeltaFIFO (batch size, high watermark).
     pub fn fifo_options(mut self, options: FifoOptions) -> Self {
         self.fifo = options;
@@ -184,6 +200,7 @@ where
             decode: DecodeOptions {
                 skip_managed_fields: self.skip_managed_fields,
             },
+            read_timeout: self.reflector.read_timeout,
         };
         let reflector_stats = stats.reflector.clone();
         let transform = self.transform;

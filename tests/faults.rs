@@ -547,3 +547,88 @@ async fn wait_for_sync_returns_stopped_when_the_informer_stops_first() {
         Err(kinformer::InformerError::Stopped)
     ));
 }
+
+/// A fake API server on a raw socket: lists answer an empty ConfigMapList at
+/// resourceVersion 5 unless `hang_lists`; watches answer their headers and
+/// then never write nor close (a half-open connection, a frozen server).
+/// Returns its URL and how many watches it opened.
+async fn silent_server(hang_lists: bool) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let watches = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let opened = watches.clone();
+    tokio::task::spawn_local(async move {
+        let mut held = Vec::new();
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            let mut head = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match socket.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+            let request = String::from_utf8_lossy(&head).to_string();
+            if request.contains("watch=true") {
+                opened.fetch_add(1, Ordering::SeqCst);
+                let _ = socket
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n")
+                    .await;
+            } else if !hang_lists {
+                let body = r#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"5"},"items":[]}"#;
+                let _ = socket
+                    .write_all(
+                        format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+                            body.len()
+                        )
+                        .as_bytes(),
+                    )
+                    .await;
+                continue;
+            }
+            held.push(socket);
+        }
+    });
+    (url, watches)
+}
+
+fn informer_at(url: &str) -> kinformer::InformerBuilder<ConfigMap> {
+    let mut config = kube::Config::new(url.parse().unwrap());
+    config.default_namespace = "default".into();
+    let client = kube::Client::try_from(config).unwrap();
+    Informer::builder(kube::Api::<ConfigMap>::namespaced(client, "default"))
+        .backoff(fast_backoff())
+        .read_timeout(Duration::from_millis(500))
+        .min_watch_timeout(Duration::from_secs(1))
+}
+
+#[actix::test]
+async fn a_list_that_never_answers_is_given_up_and_retried() {
+    let (url, _) = silent_server(true).await;
+    let informer = informer_at(&url).start().unwrap();
+    eventually(SETTLE, "two lists given up", || {
+        informer.stats().failures >= 2
+    })
+    .await;
+    assert!(!informer.has_synced());
+    informer.stop().await;
+}
+
+#[actix::test]
+async fn a_watch_that_goes_silent_past_its_timeout_is_replaced() {
+    let (url, watches) = silent_server(false).await;
+    let informer = informer_at(&url).start().unwrap();
+    informer.wait_for_sync(SYNC).await.unwrap();
+    // Each watch asks for [1, 2) s and is given up 0.5 s after that.
+    eventually(SETTLE, "the silent watch is re-opened", || {
+        watches.load(Ordering::SeqCst) >= 3
+    })
+    .await;
+    assert_eq!(informer.stats().relists, 0, "a re-watch, not a relist");
+    informer.stop().await;
+}

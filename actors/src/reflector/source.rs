@@ -36,6 +36,22 @@ pub struct ListWatch<K: Resource> {
     pub field_selector: Option<String>,
     /// How list pages and watch events are decoded (e.g. skip `managedFields`).
     pub decode: DecodeOptions,
+    /// See [`ReflectorOptions::read_timeout`](super::ReflectorOptions::read_timeout).
+    pub read_timeout: Duration,
+}
+
+/// `fut`, or a `TimedOut` read error once `limit` passed without an answer.
+async fn within<T>(
+    limit: Duration,
+    what: &'static str,
+    fut: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> Result<T, kube::Error> {
+    tokio::time::timeout(limit, fut).await.unwrap_or_else(|_| {
+        Err(kube::Error::ReadEvents(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("{what}: no answer within {limit:?}"),
+        )))
+    })
 }
 
 /// One event of a watch stream, decoded.
@@ -108,11 +124,16 @@ where
         }
         .map_err(kube::Error::BuildRequest)?;
         req.extensions_mut().insert("list");
-        let mut response = self.api.clone().into_client().request_stream(req).await?;
+        let limit = self.read_timeout;
+        let client = self.api.clone().into_client();
+        let mut response = within(limit, "list", client.request_stream(req)).await?;
         body.clear();
         // Chunk by chunk (`read_to_end` would zero the buffer's spare capacity on every read).
         loop {
-            let chunk = response.fill_buf().await.map_err(kube::Error::ReadEvents)?;
+            let chunk = within(limit, "list body", async {
+                response.fill_buf().await.map_err(kube::Error::ReadEvents)
+            })
+            .await?;
             if chunk.is_empty() {
                 break;
             }
@@ -269,9 +290,7 @@ where
         let mut wp = WatchParams {
             label_selector: self.label_selector.clone(),
             field_selector: self.field_selector.clone(),
-            // kube-client reads with a 295 s timeout and rejects watch timeouts at or above it,
-            // so the R-15 range [300, 600) s is clamped to 290 s here.
-            timeout: Some(req.timeout_secs.min(290)),
+            timeout: Some(req.timeout_secs),
             bookmarks: true,
             ..WatchParams::default()
         };
@@ -291,13 +310,25 @@ where
             if let Ok(identity) = "identity".parse() {
                 http.headers_mut().insert("accept-encoding", identity);
             }
-            self.api.clone().into_client().request_stream(http).await
+            let client = self.api.clone().into_client();
+            within(self.read_timeout, "watch", client.request_stream(http)).await
         };
+        // A healthy server ends the watch at the timeout asked for: one that
+        // has not by then (a half-open connection) is given up.
+        let now = tokio::time::Instant::now();
+        let deadline = Duration::from_secs(u64::from(req.timeout_secs))
+            .checked_add(self.read_timeout)
+            .and_then(|d| now.checked_add(d))
+            .unwrap_or_else(|| now + Duration::from_secs(30 * 365 * 86_400));
         let body = opened.await.map_err(|err| {
             tracing::warn!(%err, "opening the watch failed");
             classify(&err)
         })?;
-        Ok(watch_stream::<K>(Box::pin(body), self.decode_options()))
+        Ok(watch_stream::<K>(
+            Box::pin(body),
+            self.decode_options(),
+            deadline,
+        ))
     }
 }
 
@@ -340,18 +371,22 @@ struct WatchBody {
     line: Vec<u8>,
     options: DecodeOptions,
     done: bool,
+    /// Past this, the watch is over whatever the connection says.
+    deadline: tokio::time::Instant,
 }
 
 /// Decodes a watch body, one event per line, ending at the first failure.
 fn watch_stream<K: DeserializeOwned + Send + 'static>(
     body: Pin<Box<dyn AsyncBufRead + Send>>,
     options: DecodeOptions,
+    deadline: tokio::time::Instant,
 ) -> futures::stream::BoxStream<'static, Result<SourceEvent<K>, Failure>> {
     let state = WatchBody {
         body,
         line: Vec::with_capacity(16 * 1024),
         options,
         done: false,
+        deadline,
     };
     futures::stream::unfold(state, |mut st| async move {
         let item = next_event::<K>(&mut st).await?;
@@ -372,7 +407,14 @@ async fn next_event<K: DeserializeOwned>(
             return None;
         }
         st.line.clear();
-        match st.body.read_until(b'\n', &mut st.line).await {
+        // A fixed deadline: no clock read per line, and no timer is
+        // registered while lines are already buffered.
+        let read = tokio::time::timeout_at(st.deadline, st.body.read_until(b'\n', &mut st.line));
+        let Ok(read) = read.await else {
+            tracing::warn!("the watch outlived its timeout without being closed; re-watching");
+            return None;
+        };
+        match read {
             Ok(0) => return None,
             Ok(_) => {}
             Err(e) if ends_watch_cleanly(&e) => {

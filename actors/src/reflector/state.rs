@@ -123,6 +123,15 @@ pub struct ReflectorOptions {
     pub streaming_lists: bool,
     /// The backoff used between failed attempts.
     pub backoff: Backoff,
+    /// The shortest watch timeout asked of the server; each watch asks for a
+    /// jittered `[min, 2·min)`. Default: 5 minutes.
+    pub min_watch_timeout: Duration,
+    /// How long a list page, or the opening of a watch, may go without a byte
+    /// before it is given up (then backed off and retried); a watch is given
+    /// up this long after the timeout it asked the server for. kube-client
+    /// sets no read timeout, so without this a half-open connection or a
+    /// frozen server would hang the informer silently. Default: 60 s.
+    pub read_timeout: Duration,
 }
 
 impl Default for ReflectorOptions {
@@ -131,6 +140,8 @@ impl Default for ReflectorOptions {
             page_size: 500,
             streaming_lists: false,
             backoff: Backoff::default(),
+            min_watch_timeout: MIN_WATCH_TIMEOUT,
+            read_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -141,6 +152,7 @@ pub struct ReflectorState {
     page_size: u32,
     streaming_lists: bool,
     backoff: Backoff,
+    min_watch_timeout: Duration,
     last_sync_rv: String,
     rv_unavailable: bool,
     paginated_result: bool,
@@ -159,6 +171,7 @@ impl ReflectorState {
             page_size: options.page_size,
             streaming_lists: options.streaming_lists,
             backoff: options.backoff,
+            min_watch_timeout: options.min_watch_timeout.max(Duration::from_secs(1)),
             last_sync_rv: String::new(),
             rv_unavailable: false,
             paginated_result: false,
@@ -259,10 +272,10 @@ impl ReflectorState {
         }
         self.watch_started = Some(now);
         self.watch_events = 0;
-        let secs = MIN_WATCH_TIMEOUT.as_secs_f64() * (1.0 + jitter.clamp(0.0, 0.999_999));
+        let secs = self.min_watch_timeout.as_secs_f64() * (1.0 + jitter.clamp(0.0, 0.999_999));
         WatchRequest {
             resource_version: self.last_sync_rv.clone(),
-            timeout_secs: secs as u32,
+            timeout_secs: secs.min(f64::from(u32::MAX)) as u32,
         }
     }
 
