@@ -116,13 +116,7 @@ where
     /// The bytes of one list response, read into `body` (a buffer reused
     /// from page to page).
     async fn fetch_page(&self, lp: &ListParams, mut body: Vec<u8>) -> Result<Vec<u8>, kube::Error> {
-        let request = Request::new(self.api.resource_url());
-        let mut req = if K::metadata_api() {
-            request.list_metadata(lp)
-        } else {
-            request.list(lp)
-        }
-        .map_err(kube::Error::BuildRequest)?;
+        let mut req = list_request(&self.api.resource_url(), lp, K::metadata_api())?;
         req.extensions_mut().insert("list");
         let limit = self.read_timeout;
         let client = self.api.clone().into_client();
@@ -332,6 +326,33 @@ where
     }
 }
 
+/// The HTTP request of one list page. kube-core leaves out
+/// `resourceVersion=0` when a limit is set (a paginated read from etcd);
+/// client-go sends `resourceVersion=0&limit=500` for its first list (R-10,
+/// R-T13), which the watch cache serves, so it is put back.
+fn list_request(
+    url: &str,
+    lp: &ListParams,
+    metadata: bool,
+) -> Result<http::Request<Vec<u8>>, kube::Error> {
+    let request = Request::new(url);
+    let mut req = if metadata {
+        request.list_metadata(lp)
+    } else {
+        request.list(lp)
+    }
+    .map_err(kube::Error::BuildRequest)?;
+    let any_version = lp.resource_version.as_deref() == Some("0");
+    if any_version && lp.limit.is_some() && lp.continue_token.is_none() {
+        let uri = format!("{}&resourceVersion=0", req.uri());
+        match uri.parse() {
+            Ok(uri) => *req.uri_mut() = uri,
+            Err(err) => tracing::warn!(%err, "list without resourceVersion=0"),
+        }
+    }
+    Ok(req)
+}
+
 /// Continuation pages carry no resourceVersion or match (R-11).
 fn continue_params(first: &ListParams, token: String) -> ListParams {
     ListParams {
@@ -454,28 +475,49 @@ async fn next_event<K: DeserializeOwned>(
     }
 }
 
-/// A read error that ends a watch like a clean close (kube-client's rules):
-/// a read timeout, or an EOF inside a chunk (a resumable termination).
+/// A read error that ends a watch like a clean close, re-watched at once
+/// from the last resourceVersion: a read timeout, an EOF inside a chunk, or
+/// a connection reset or aborted by the peer (client-go's "probable EOF",
+/// R-19: a proxy or a restarting apiserver, not a reason to relist).
 fn ends_watch_cleanly(e: &std::io::Error) -> bool {
-    if matches!(
-        e.kind(),
-        std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::TimedOut
-    ) {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof};
+    let resumable = |kind| {
+        matches!(
+            kind,
+            UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe
+        )
+    };
+    if resumable(e.kind()) || e.kind() == std::io::ErrorKind::TimedOut {
         return true;
     }
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = cur {
         if let Some(io) = err.downcast_ref::<std::io::Error>()
-            && io.kind() == std::io::ErrorKind::UnexpectedEof
+            && resumable(io.kind())
         {
             return true;
         }
         if err.to_string().contains("unexpected EOF during chunk") {
             return true;
         }
-        cur = err.source();
+        cur = next_in_chain(err);
     }
     false
+}
+
+/// The error under `err`. An `io::Error` wrapping another error (as kube
+/// wraps hyper's) reports the wrapped one's *source* as its own, skipping the
+/// wrapped error itself: step into it instead.
+fn next_in_chain<'a>(
+    err: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a (dyn std::error::Error + 'static)> {
+    match err
+        .downcast_ref::<std::io::Error>()
+        .and_then(std::io::Error::get_ref)
+    {
+        Some(inner) => Some(inner),
+        None => err.source(),
+    }
 }
 
 /// Maps a kube error onto the Reflector's failure kinds.
@@ -538,7 +580,7 @@ fn error_chain_has(err: &(dyn std::error::Error + 'static), kind: std::io::Error
         if e.to_string().contains("Connection refused") {
             return true;
         }
-        cur = e.source();
+        cur = next_in_chain(e);
     }
     false
 }
@@ -1257,6 +1299,57 @@ mod tests {
         "resourceVersion":"7","labels":{"a":"b"},"managedFields":[{"manager":"kubelet","operation":"Update",
         "fieldsType":"FieldsV1","fieldsV1":{"f:status":{"f:phase":{}}}}],"uid":"u"},
         "spec":{"containers":[{"name":"c","image":"i"}]},"status":{"phase":"Running"}}"#;
+
+    fn query(req: &http::Request<Vec<u8>>) -> String {
+        req.uri().query().unwrap_or_default().to_owned()
+    }
+
+    /// R-T13: the first list asks for any version with a page size, as
+    /// client-go's does; later relists at N are unpaginated (R-T22), and
+    /// continuation pages carry neither.
+    #[test]
+    fn the_first_list_asks_for_resource_version_0_with_a_limit() {
+        let any = ListParams {
+            limit: Some(500),
+            resource_version: Some("0".into()),
+            version_match: Some(VersionMatch::NotOlderThan),
+            ..ListParams::default()
+        };
+        let q = query(&list_request("/api/v1/configmaps", &any, false).unwrap());
+        assert!(q.contains("limit=500"), "{q}");
+        assert!(q.contains("resourceVersion=0"), "{q}");
+        let at_10 = ListParams {
+            resource_version: Some("10".into()),
+            version_match: Some(VersionMatch::NotOlderThan),
+            ..ListParams::default()
+        };
+        let q = query(&list_request("/api/v1/configmaps", &at_10, false).unwrap());
+        assert!(
+            q.contains("resourceVersion=10") && !q.contains("limit"),
+            "{q}"
+        );
+        let next = continue_params(&any, "tok".into());
+        let q = query(&list_request("/api/v1/configmaps", &next, false).unwrap());
+        assert!(!q.contains("resourceVersion"), "{q}");
+    }
+
+    #[test]
+    fn a_reset_connection_ends_a_watch_like_a_clean_close() {
+        use std::io::{Error, ErrorKind};
+        for kind in [
+            ErrorKind::ConnectionReset,
+            ErrorKind::ConnectionAborted,
+            ErrorKind::BrokenPipe,
+            ErrorKind::UnexpectedEof,
+        ] {
+            // As hyper's body error reaches us through kube: wrapped.
+            assert!(
+                ends_watch_cleanly(&Error::other(Error::from(kind))),
+                "{kind:?}"
+            );
+        }
+        assert!(!ends_watch_cleanly(&Error::other("some other failure")));
+    }
 
     #[test]
     fn statuses_map_to_failures() {

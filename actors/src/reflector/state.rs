@@ -22,10 +22,10 @@
 //!   plain list when the server refuses them.
 //!
 //! Deliberate differences from client-go and kube-runtime:
-//! - The backoff is not reset when a relist starts (kube-runtime's defect) nor
-//!   merely when it succeeds: it resets once a relist has succeeded *and* the
-//!   watch after it proved healthy (an event, or a clean close after ≥ 1 s),
-//!   so a server whose list works but whose watch fails is not hammered.
+//! - The backoff is not reset when a relist starts (kube-runtime's defect),
+//!   when it succeeds, nor by the watch's first event: only two quiet minutes
+//!   without a step reset it, so a server whose list works but whose
+//!   watch fails, even after an event or a bookmark, is not hammered.
 //! - A 410 when opening a watch relists (kube-runtime retries the stale RV forever).
 //! - After a server refuses a streaming list (400/422/404/405/501 or a very
 //!   short watch), we stop asking it for streaming lists.
@@ -156,7 +156,6 @@ pub struct ReflectorState {
     last_sync_rv: String,
     rv_unavailable: bool,
     paginated_result: bool,
-    awaiting_healthy_watch: bool,
     watch_started: Option<Instant>,
     watch_events: u64,
     listed_once: bool,
@@ -175,7 +174,6 @@ impl ReflectorState {
             last_sync_rv: String::new(),
             rv_unavailable: false,
             paginated_result: false,
-            awaiting_healthy_watch: false,
             watch_started: None,
             watch_events: 0,
             listed_once: false,
@@ -239,7 +237,6 @@ impl ReflectorState {
         self.listed_once = true;
         self.rv_unavailable = false;
         self.last_sync_rv = resource_version.to_owned();
-        self.awaiting_healthy_watch = true;
     }
 
     /// A list failed. `jitter` is uniform in `[0, 1)`.
@@ -306,10 +303,6 @@ impl ReflectorState {
             self.last_sync_rv.clear();
             self.last_sync_rv.push_str(resource_version);
         }
-        if self.awaiting_healthy_watch {
-            self.awaiting_healthy_watch = false;
-            self.backoff.reset();
-        }
     }
 
     /// The watch ended.
@@ -325,13 +318,7 @@ impl ReflectorState {
                 );
                 Next::ListAfter(self.delay(&Failure::Other, now, jitter))
             }
-            WatchEnd::Closed => {
-                if self.awaiting_healthy_watch {
-                    self.awaiting_healthy_watch = false;
-                    self.backoff.reset();
-                }
-                Next::Watch
-            }
+            WatchEnd::Closed => Next::Watch,
             WatchEnd::Failed(
                 failure @ (Failure::TooManyRequests { .. } | Failure::ConnectionRefused),
             ) => Next::WatchAfter(self.delay(failure, now, jitter)),
@@ -583,25 +570,32 @@ mod tests {
     }
 
     #[test]
-    fn backoff_survives_relists_until_a_watch_proves_healthy() {
+    fn backoff_survives_relists_and_events_until_two_quiet_minutes() {
         let t = Instant::now();
         let mut s = state();
-        // The list works, the watch fails at once: the delays keep growing.
+        // The list works; each watch gets an event (or a bookmark), then
+        // fails: the delays keep growing.
         let mut delays = vec![];
-        for _ in 0..4 {
+        for i in 0..4 {
             s.list_succeeded("10", false);
             s.watch_request(t, 0.0);
+            if i % 2 == 1 {
+                s.event_processed("11");
+            }
             match s.watch_ended(&WatchEnd::Failed(Failure::Other), t, 0.0) {
                 Next::ListAfter(d) => delays.push(d.as_millis()),
                 other => panic!("unexpected {other:?}"),
             }
         }
         assert_eq!(delays, vec![800, 1600, 3200, 6400]);
-        // A healthy watch after a successful relist resets it.
+        // Two quiet minutes later, the next failure starts over.
+        let later = t + Duration::from_secs(121);
         s.list_succeeded("10", false);
-        s.watch_request(t, 0.0);
-        s.event_processed("11");
-        assert_eq!(s.backoff().steps(), 0);
+        s.watch_request(later, 0.0);
+        match s.watch_ended(&WatchEnd::Failed(Failure::Other), later, 0.0) {
+            Next::ListAfter(d) => assert_eq!(d.as_millis(), 800),
+            other => panic!("unexpected {other:?}"),
+        }
     }
 
     #[test]
