@@ -522,7 +522,9 @@ where
         loop {
             let first = stream.next().await;
             let mut end = self.absorb(first, &mut batch, &mut rvs);
-            while end.is_none() && batch.len() < WATCH_BATCH {
+            // Bookmarks count too: a run of them must not grow `rvs` unbounded
+            // nor keep the loop from yielding.
+            while end.is_none() && rvs.len() < WATCH_BATCH {
                 match stream.next().now_or_never() {
                     Some(item) => end = self.absorb(item, &mut batch, &mut rvs),
                     None => break,

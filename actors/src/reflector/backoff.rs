@@ -3,8 +3,8 @@
 //!
 //! Hand-written rather than taken from `backon`/`backoff`: the state must be
 //! plain data that survives actor restarts, take time and randomness as inputs
-//! so tests are exact, and reset on our own rule (a relist that led to a
-//! healthy watch), not on every relist start as kube-runtime does.
+//! so tests are exact, and reset only after a quiet period, not on every
+//! relist start as kube-runtime does.
 
 use std::time::{Duration, Instant};
 
@@ -30,8 +30,15 @@ impl Default for Backoff {
 }
 
 impl Backoff {
+    /// The shortest delay a backoff starts from.
+    pub const MIN_DELAY: Duration = Duration::from_millis(1);
+
     /// A backoff from `initial`, doubling up to `cap`, reset after `reset_after` without a step.
+    /// `initial` is at least 1 ms (a zero delay would hammer a failing server)
+    /// and `cap` at least `initial`.
     pub fn new(initial: Duration, cap: Duration, reset_after: Duration) -> Self {
+        let initial = initial.max(Self::MIN_DELAY);
+        let cap = cap.max(initial);
         Backoff {
             initial,
             cap,
@@ -51,10 +58,11 @@ impl Backoff {
             self.reset();
         }
         let base = self.next;
-        self.next = (self.next * 2).min(self.cap);
+        self.next = self.next.saturating_mul(2).min(self.cap);
         self.last_step = Some(now);
-        self.steps += 1;
-        base.mul_f64(1.0 + jitter.clamp(0.0, 1.0))
+        self.steps = self.steps.saturating_add(1);
+        Duration::try_from_secs_f64(base.as_secs_f64() * (1.0 + jitter.clamp(0.0, 1.0)))
+            .unwrap_or(Duration::MAX)
     }
 
     /// Back to the initial delay.
@@ -83,6 +91,17 @@ impl Backoff {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn extreme_settings_neither_hammer_nor_panic() {
+        let t = Instant::now();
+        let mut zero = Backoff::new(Duration::ZERO, Duration::ZERO, Duration::from_secs(120));
+        assert!(zero.next_delay(t, 0.0) >= Backoff::MIN_DELAY);
+        let mut huge = Backoff::new(Duration::MAX, Duration::MAX, Duration::MAX);
+        for _ in 0..3 {
+            assert_eq!(huge.next_delay(t, 0.999), Duration::MAX);
+        }
+    }
 
     #[test]
     fn r_2_doubles_to_the_cap_with_jitter_in_d_2d() {
