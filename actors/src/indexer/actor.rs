@@ -13,10 +13,11 @@
 //!   `Initial` adds, while deltas wait (SI-5); its sync state follows HS-2.
 //! - A resync replays the current cache, in chunks, to the subscribers that
 //!   are due, and only to them. Chunks go to the listeners' resync lanes
-//!   ([`DeliverResync`]) beside the batches, one chunk in flight at a time:
-//!   a sweep advances at the pace its subscribers take it, never makes a
-//!   real change wait, and a stalled subscriber slows it but never stops it
-//!   ([`RESYNC_HOLD_MAX`](crate::listener::RESYNC_HOLD_MAX)). It pauses only
+//!   ([`DeliverResync`]) beside the batches, one chunk in flight per subscriber:
+//!   each subscriber's sweep advances at the pace it takes it (a stalled
+//!   subscriber slows only its own, by up to
+//!   [`RESYNC_HOLD_MAX`](crate::listener::RESYNC_HOLD_MAX) per chunk), never
+//!   makes a real change wait, and is never stopped. It pauses only
 //!   while a batch is partly handed out (a full `Block` listener holds the
 //!   rest, which holds every listener anyway): a resync read from the cache
 //!   then could reach a subscriber before the change it shows.
@@ -109,10 +110,13 @@ struct Replay {
     pos: usize,
 }
 
-/// A resync sweep of the cache for the subscribers due (SI-11), in progress.
+/// One subscriber's resync sweep of the cache (SI-11), in progress. Each
+/// subscriber's sweep advances at its own pace: a stalled subscriber slows
+/// only its own. Sweeps started together share their key list, and those
+/// still at the same position share the chunk they are sent.
 struct Sweep {
-    ids: Vec<SubscriberId>,
-    keys: Vec<ObjectKey>,
+    id: SubscriberId,
+    keys: Arc<[ObjectKey]>,
     pos: usize,
 }
 
@@ -126,8 +130,8 @@ pub struct Indexer<K: Resource + Send + Sync + 'static> {
     busy: bool,
     batches: VecDeque<(Vec<Popped<K>>, oneshot::Sender<()>)>,
     replays: VecDeque<Replay>,
+    /// Sweeps with no chunk in flight (one in flight is taken out until answered).
     sweeps: VecDeque<Sweep>,
-    sweeping: bool,
     /// A batch's events are only partly handed out (a full `Block` listener
     /// holds the next chunk). Sweeps wait: the cache already holds the rest,
     /// and a resync built from it would reach a subscriber before the change.
@@ -152,7 +156,6 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
             batches: VecDeque::new(),
             replays: VecDeque::new(),
             sweeps: VecDeque::new(),
-            sweeping: false,
             handing_out: false,
             due_after_replay: BTreeSet::new(),
             stats,
@@ -297,7 +300,7 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
 
     /// Runs the next piece of work unless one is waiting for listeners.
     /// Replays come first (deltas must wait for them, SI-5), then batches.
-    /// Resync sweeps run beside them, one chunk in flight at a time, into the
+    /// Resync sweeps run beside them, one chunk in flight per subscriber, into the
     /// listeners' resync lanes: a sweep never holds back a real change.
     fn step(&mut self, ctx: &mut Context<Self>) {
         self.step_sweep(ctx);
@@ -411,20 +414,24 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
         });
     }
 
-    /// Sends the next chunk of the oldest sweep, unless a chunk is in flight
-    /// or a batch is partly handed out.
+    /// Sends the next chunk of every sweep with none in flight, unless a
+    /// batch is partly handed out. Sweeps at the same place in the same key
+    /// list get one chunk, read from the cache once.
     fn step_sweep(&mut self, ctx: &mut Context<Self>) {
-        while !self.sweeping && !self.handing_out {
-            let Some(Sweep { ids, keys, pos }) = self.sweeps.pop_front() else {
-                return;
-            };
-            let targets: Vec<_> = ids
-                .iter()
-                .filter_map(|id| self.listeners.get(id).map(|a| (*id, a.clone())))
-                .collect();
-            if targets.is_empty() {
-                self.sweep_done(&ids);
-                continue;
+        if self.handing_out {
+            return;
+        }
+        let mut ready: Vec<Sweep> = self.sweeps.drain(..).collect();
+        while let Some(first) = ready.pop() {
+            let (keys, pos) = (first.keys.clone(), first.pos);
+            let mut group = vec![first];
+            let mut i = 0;
+            while i < ready.len() {
+                if ready[i].pos == pos && Arc::ptr_eq(&ready[i].keys, &keys) {
+                    group.push(ready.swap_remove(i));
+                } else {
+                    i += 1;
+                }
             }
             let end = (pos + CHUNK).min(keys.len());
             let evs: Vec<Event<K>> = keys[pos..end]
@@ -438,48 +445,40 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
                     })
                 })
                 .collect();
-            let done = end >= keys.len();
-            self.sweeping = true;
-            send_each(
-                targets
-                    .into_iter()
-                    .map(|(id, addr)| (id, addr, DeliverResync(evs.clone()))),
-            )
-            .into_actor(self)
-            .map(move |gone, act, ctx| {
-                for id in gone {
-                    act.lose(id);
-                }
-                act.sweeping = false;
-                if done {
-                    act.sweep_done(&ids);
-                } else {
-                    act.sweeps.push_back(Sweep {
-                        ids,
-                        keys,
-                        pos: end,
-                    });
-                }
-                act.step(ctx);
-            })
-            .spawn(ctx);
+            for sweep in group {
+                let Some(addr) = self.listeners.get(&sweep.id).cloned() else {
+                    self.syncing.remove(&sweep.id);
+                    continue;
+                };
+                send_each([(sweep.id, addr, DeliverResync(evs.clone()))])
+                    .into_actor(self)
+                    .map(move |gone, act, ctx| {
+                        for id in gone {
+                            act.lose(id);
+                        }
+                        if end >= sweep.keys.len() || !act.listeners.contains_key(&sweep.id) {
+                            // Done (SI-10): no longer syncing.
+                            act.syncing.remove(&sweep.id);
+                        } else {
+                            act.sweeps.push_back(Sweep { pos: end, ..sweep });
+                        }
+                        act.step(ctx);
+                    })
+                    .spawn(ctx);
+            }
         }
     }
 
-    /// Queues a sweep of the whole cache for these subscribers (SI-10).
+    /// Queues a sweep of the whole cache for each of these subscribers (SI-10).
     fn start_sweep(&mut self, ids: Vec<SubscriberId>) {
-        self.syncing.extend(ids.iter().copied());
-        self.sweeps.push_back(Sweep {
-            ids,
-            keys: self.cache.keys(),
-            pos: 0,
-        });
-    }
-
-    /// These subscribers' resync is complete: no longer syncing (SI-10).
-    fn sweep_done(&mut self, ids: &[SubscriberId]) {
+        let keys: Arc<[ObjectKey]> = self.cache.keys().into();
         for id in ids {
-            self.syncing.remove(id);
+            self.syncing.insert(id);
+            self.sweeps.push_back(Sweep {
+                id,
+                keys: keys.clone(),
+                pos: 0,
+            });
         }
     }
 }
@@ -649,6 +648,14 @@ mod tests {
 
     /// A Block listener of `capacity` over a [`Gated`] subscriber.
     fn listener(capacity: usize, gate: watch::Receiver<bool>) -> (Addr<Listener<ConfigMap>>, Seen) {
+        listener_with(OverflowPolicy::Block, capacity, gate)
+    }
+
+    fn listener_with(
+        policy: OverflowPolicy,
+        capacity: usize,
+        gate: watch::Receiver<bool>,
+    ) -> (Addr<Listener<ConfigMap>>, Seen) {
         let seen = Seen::default();
         let sink = Gated {
             seen: seen.clone(),
@@ -658,10 +665,7 @@ mod tests {
         let addr = Listener::new(
             SubscriberId(0),
             sink.recipient(),
-            ListenerOptions {
-                policy: OverflowPolicy::Block,
-                capacity,
-            },
+            ListenerOptions { policy, capacity },
             watch::channel(false).0,
             Arc::new(ListenerStats::default()),
         )
@@ -826,5 +830,58 @@ mod tests {
         let seen = seen.lock().unwrap();
         assert!(seen[..keys.len()].iter().all(|(_, c)| *c == Cause::Initial));
         assert!(seen[keys.len()..].iter().all(|(_, c)| *c == Cause::Resync));
+    }
+
+    /// Polls `done` between yields, never letting the runtime idle (so a
+    /// paused clock does not advance); fails after many rounds.
+    async fn spin(what: &str, mut done: impl FnMut() -> bool) {
+        for _ in 0..200_000 {
+            if done() {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+        panic!("never happened: {what}");
+    }
+
+    /// Regression: one chunk of one sweep was in flight for all subscribers,
+    /// and a stalled subscriber's listener holds each chunk's answer for up
+    /// to `RESYNC_HOLD_MAX`, so it slowed every other subscriber's resyncs.
+    /// Each sweep now goes at its own subscriber's pace: on a paused clock,
+    /// the fast subscriber's whole resync needs no hold to expire.
+    #[actix::test]
+    async fn a_stalled_subscriber_slows_only_its_own_resyncs() {
+        tokio::time::pause();
+        let n = 10 * CHUNK;
+        let mut cache = Cache::new();
+        for i in 0..n {
+            let obj = cm(&format!("o{i:04}"));
+            cache.upsert(ObjectKey::of(obj.as_ref()).unwrap(), obj);
+        }
+        let indexer = Indexer::new(cache, Arc::new(IndexerStats::default())).start();
+        let (_gate, closed) = watch::channel(false);
+        let (stalled, _) = listener_with(OverflowPolicy::Coalesce, 16, closed);
+        let (fast, seen) = listener(2 * n, watch::channel(true).1);
+        for (id, listener) in [(1, stalled), (2, fast)] {
+            indexer
+                .send(Subscribe {
+                    id: SubscriberId(id),
+                    listener,
+                })
+                .await
+                .unwrap();
+        }
+        spin("the fast subscriber's replay", || {
+            seen.lock().unwrap().len() == n
+        })
+        .await;
+        let t0 = tokio::time::Instant::now();
+        let due = vec![SubscriberId(1), SubscriberId(2)];
+        assert!(indexer.send(ResyncDue(due)).await.unwrap().is_empty());
+        spin("the fast subscriber's whole resync", || {
+            seen.lock().unwrap().len() == 2 * n
+        })
+        .await;
+        assert!(t0.elapsed() < crate::listener::RESYNC_HOLD_MAX);
     }
 }
