@@ -1,8 +1,9 @@
 //! Embedding kinformer in an existing `#[tokio::main]` service.
 //!
 //! actix actors need a local task set: run them inside a
-//! `tokio::task::LocalSet` (or on a dedicated `actix::System` thread). Starting
-//! actors directly inside `#[tokio::main]` without one panics.
+//! `tokio::task::LocalSet` (or on a dedicated `actix::System` thread).
+//! Directly inside `#[tokio::main]`, without one, `start()` answers
+//! `InformerError::NoActorRuntime` (and starting your own actors there panics).
 //!
 //! Run: `cargo run --example embed_in_tokio_service` (embedded API server).
 

@@ -160,9 +160,11 @@ where
         self
     }
 
-    /// Starts the actors. Must run inside an actix `System` or a tokio `LocalSet`.
+    /// Starts the actors. Must run inside an actix `System` or a tokio
+    /// `LocalSet`; elsewhere (e.g. directly in `#[tokio::main]`) it answers
+    /// [`InformerError::NoActorRuntime`].
     pub fn start(self) -> Result<Informer<K>, InformerError> {
-        if tokio::runtime::Handle::try_current().is_err() {
+        if !can_start_actors() {
             return Err(InformerError::NoActorRuntime);
         }
         let mut cache = Cache::new();
@@ -243,6 +245,20 @@ where
             }),
         })
     }
+}
+
+/// True inside an actix `System` or a tokio `LocalSet`, where actors can be
+/// started; starting one elsewhere panics (tokio's `spawn_local`).
+fn can_start_actors() -> bool {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return false;
+    }
+    if System::try_current().is_some() {
+        return true;
+    }
+    // tokio has no "inside a LocalSet?" query: spawn an empty local task. Outside
+    // one this panics (tokio prints its message), and the panic is caught here.
+    std::panic::catch_unwind(|| drop(tokio::task::spawn_local(async {}))).is_ok()
 }
 
 #[derive(Default, Clone)]

@@ -632,3 +632,36 @@ async fn a_watch_that_goes_silent_past_its_timeout_is_replaced() {
     assert_eq!(informer.stats().relists, 0, "a re-watch, not a relist");
     informer.stop().await;
 }
+
+/// Actors need an actix System or a tokio LocalSet: anywhere else `start`
+/// answers an error instead of panicking.
+#[test]
+fn starting_outside_an_actor_runtime_is_an_error_not_a_panic() {
+    let server = server(10_000);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // (kube's client itself must be made inside a runtime.)
+    let builder = rt.block_on(async { informer(&server) });
+    let no_runtime = builder.start();
+    assert!(matches!(
+        no_runtime,
+        Err(kinformer::InformerError::NoActorRuntime)
+    ));
+    rt.block_on(async {
+        let plain_tokio = informer(&server).start();
+        assert!(matches!(
+            plain_tokio,
+            Err(kinformer::InformerError::NoActorRuntime)
+        ));
+        let local = tokio::task::LocalSet::new();
+        local
+            .run_until(async {
+                let informer = informer(&server).start().expect("inside a LocalSet");
+                informer.wait_for_sync(SYNC).await.unwrap();
+                informer.stop().await;
+            })
+            .await;
+    });
+}

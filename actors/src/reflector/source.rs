@@ -419,6 +419,47 @@ fn watch_stream<K: DeserializeOwned + Send + 'static>(
     .boxed()
 }
 
+/// The longest watch line accepted (one event). Objects are limited to about
+/// 1.5 MiB by etcd; a line past this is a broken or hostile stream, failed
+/// as malformed rather than buffered without end.
+pub const MAX_WATCH_LINE: usize = 64 << 20;
+
+/// A line buffer that grew past this (a very large object) is given back
+/// once that line is decoded.
+const KEEP_LINE_CAPACITY: usize = 4 << 20;
+
+/// Reads up to and including the next `\n` into `line`, like `read_until`,
+/// but fails with `InvalidData` once the line passes `max` bytes.
+async fn read_line_capped(
+    body: &mut Pin<Box<dyn AsyncBufRead + Send>>,
+    line: &mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<usize> {
+    let mut read = 0;
+    loop {
+        let buf = body.fill_buf().await?;
+        if buf.is_empty() {
+            return Ok(read);
+        }
+        let (n, end) = match memchr::memchr(b'\n', buf) {
+            Some(i) => (i + 1, true),
+            None => (buf.len(), false),
+        };
+        line.extend_from_slice(&buf[..n]);
+        body.as_mut().consume(n);
+        read += n;
+        if end {
+            return Ok(read);
+        }
+        if line.len() > max {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("watch event longer than {max} bytes"),
+            ));
+        }
+    }
+}
+
 /// The next event of a watch body; `None` at its end.
 async fn next_event<K: DeserializeOwned>(
     st: &mut WatchBody,
@@ -427,10 +468,16 @@ async fn next_event<K: DeserializeOwned>(
         if st.done {
             return None;
         }
+        if st.line.capacity() > KEEP_LINE_CAPACITY {
+            st.line = Vec::with_capacity(16 * 1024);
+        }
         st.line.clear();
         // A fixed deadline: no clock read per line, and no timer is
         // registered while lines are already buffered.
-        let read = tokio::time::timeout_at(st.deadline, st.body.read_until(b'\n', &mut st.line));
+        let read = tokio::time::timeout_at(
+            st.deadline,
+            read_line_capped(&mut st.body, &mut st.line, MAX_WATCH_LINE),
+        );
         let Ok(read) = read.await else {
             tracing::warn!("the watch outlived its timeout without being closed; re-watching");
             return None;
@@ -441,6 +488,10 @@ async fn next_event<K: DeserializeOwned>(
             Err(e) if ends_watch_cleanly(&e) => {
                 tracing::debug!(%e, "watch body ended");
                 return None;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                tracing::warn!(%e, "watch event too large");
+                return Some(Err(Failure::Malformed));
             }
             Err(e) => {
                 tracing::warn!(%e, "watch stream error");
@@ -1331,6 +1382,28 @@ mod tests {
         let next = continue_params(&any, "tok".into());
         let q = query(&list_request("/api/v1/configmaps", &next, false).unwrap());
         assert!(!q.contains("resourceVersion"), "{q}");
+    }
+
+    #[tokio::test]
+    async fn a_watch_line_past_the_cap_fails_and_shorter_ones_read_whole() {
+        let data = b"{\"a\":1}\n0123456789abcdef\nlast".to_vec();
+        let mut body: Pin<Box<dyn AsyncBufRead + Send>> = Box::pin(
+            futures::io::BufReader::with_capacity(4, futures::io::Cursor::new(data)),
+        );
+        let mut line = Vec::new();
+        assert_eq!(read_line_capped(&mut body, &mut line, 12).await.unwrap(), 8);
+        assert_eq!(line, b"{\"a\":1}\n");
+        line.clear();
+        let err = read_line_capped(&mut body, &mut line, 12)
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidData);
+        // A last line without its newline is returned as read (EOF).
+        let mut body: Pin<Box<dyn AsyncBufRead + Send>> =
+            Box::pin(futures::io::Cursor::new(b"last".to_vec()));
+        line.clear();
+        assert_eq!(read_line_capped(&mut body, &mut line, 12).await.unwrap(), 4);
+        assert_eq!(read_line_capped(&mut body, &mut line, 12).await.unwrap(), 0);
     }
 
     #[test]
