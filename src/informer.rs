@@ -8,13 +8,15 @@ use std::time::Duration;
 use actix::prelude::*;
 use kinformer_actors::Object;
 use kinformer_actors::delta_fifo::{DeltaFifo, FifoOptions, FifoStats};
-use kinformer_actors::indexer::{Cache, CacheError, IndexFn, Indexer, IndexerStats, Subscribe};
+use kinformer_actors::indexer::{
+    Cache, CacheError, IndexFn, Indexer, IndexerStats, ListenerStopped, Subscribe,
+};
 use kinformer_actors::listener::{Listener, ListenerOptions, ListenerStats, SubscriberId, Target};
 use kinformer_actors::reflector::{
     Backoff, DecodeOptions, ListWatch, Reflector, ReflectorOptions, ReflectorStats, StopReflector,
     Transform, WatchEndReason,
 };
-use kinformer_actors::resync::{ResyncTimer, ScheduleResync, StopResync};
+use kinformer_actors::resync::{CancelResync, ResyncTimer, ScheduleResync, StopResync};
 use kinformer_actors::{Event, EventBatch};
 use kube::Api;
 use tokio::sync::watch;
@@ -509,6 +511,21 @@ where
             .send(ScheduleResync { id, period })
             .await
             .map_err(|_| InformerError::Stopped)?;
+        // The listener owns the sender of `synced`: once it stops (its
+        // subscriber's actor stopped, or an unsubscribe), forget it at once.
+        // Weak addresses: this task must not keep a stopped informer alive.
+        let mut listener_alive = synced.clone();
+        let indexer = self.inner.indexer.downgrade();
+        let resync = self.inner.resync.downgrade();
+        actix::spawn(async move {
+            while listener_alive.changed().await.is_ok() {}
+            if let Some(indexer) = indexer.upgrade() {
+                indexer.do_send(ListenerStopped(id));
+            }
+            if let Some(resync) = resync.upgrade() {
+                resync.do_send(CancelResync(id));
+            }
+        });
         Ok(Subscription {
             id,
             listener,

@@ -300,13 +300,20 @@ async fn a_subscriber_that_stops_is_removed_and_others_go_on() {
         .await
         .unwrap();
     informer.wait_for_sync(SYNC).await.unwrap();
-    create(&server, "after", "1");
-    converges(&server, &log, "live subscriber converges").await;
+    // Noticed without a later delivery to find it gone.
     eventually(SETTLE, "dead subscriber removed", || dead_sub.is_gone()).await;
     eventually(SETTLE, "informer counts the lost subscriber", || {
-        informer.stats().subscribers_lost == 1
+        let stats = informer.stats();
+        stats.subscribers_lost == 1 && stats.subscribers == 1
     })
     .await;
+    assert!(matches!(
+        dead_sub.wait_for_sync(SYNC).await,
+        Err(kinformer::InformerError::SubscriberGone)
+    ));
+    create(&server, "after", "1");
+    converges(&server, &log, "live subscriber converges").await;
+    assert_eq!(informer.stats().subscribers_lost, 1);
 }
 
 #[actix::test]

@@ -76,6 +76,12 @@ impl<K: Send + Sync + 'static> Message for Subscribe<K> {
 #[rtype(result = "()")]
 pub struct Unsubscribe(pub SubscriberId);
 
+/// A listener stopped (its subscriber's actor did): forget it now, not at the
+/// next delivery that finds it gone. Counted as lost unless unsubscribed first.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ListenerStopped(pub SubscriberId);
+
 /// These subscribers are due for a resync (SI-10). Answered with the ids the
 /// Indexer no longer knows (their subscribers are gone), so the timer drops them.
 #[derive(Message)]
@@ -575,6 +581,16 @@ impl<K: Resource + Send + Sync + 'static> Handler<Unsubscribe> for Indexer<K> {
             self.listeners.len() + self.replaying.len(),
             Ordering::Relaxed,
         );
+    }
+}
+
+impl<K: Resource + Send + Sync + 'static> Handler<ListenerStopped> for Indexer<K> {
+    type Result = ();
+
+    fn handle(&mut self, ListenerStopped(id): ListenerStopped, _: &mut Context<Self>) {
+        let _span = self.span.clone().entered();
+        self.lose(id);
+        self.due_after_replay.remove(&id);
     }
 }
 

@@ -1105,7 +1105,7 @@ mod tests {
             seen,
             gate_tx,
             ..
-        } = Paused::with_capacity(4, |recipient| Target::Each(recipient));
+        } = Paused::with_capacity(4, Target::Each);
         let names: Vec<String> = (0..20).map(|i| format!("o{i}")).collect();
         let mut answer = Box::pin(listener.send(Deliver(names.iter().map(|n| added(n)).collect())));
         for _ in 0..20 {

@@ -116,7 +116,7 @@ where
     /// The bytes of one list response, read into `body` (a buffer reused
     /// from page to page).
     async fn fetch_page(&self, lp: &ListParams, mut body: Vec<u8>) -> Result<Vec<u8>, kube::Error> {
-        let mut req = list_request(&self.api.resource_url(), lp, K::metadata_api())?;
+        let mut req = list_request(self.api.resource_url(), lp, K::metadata_api())?;
         req.extensions_mut().insert("list");
         let limit = self.read_timeout;
         let client = self.api.clone().into_client();
