@@ -460,6 +460,69 @@ async fn stalled_block_subscriber_holds_the_pipeline_with_bounded_memory() {
     assert_eq!(log.out_of_order().map(|s| (&s.key, &s.rv)), None);
 }
 
+/// Relists while a Block subscriber holds the Indexer, and every watch open
+/// fails (so no watch event holds the Reflector back): each list used to be
+/// answered at once and queued one more state per key, so the DeltaFIFO grew
+/// by the whole list at every relist. The Reflector now waits for room.
+#[actix::test]
+async fn relists_against_a_stalled_block_subscriber_do_not_pile_up() {
+    let server = server(100_000);
+    server.seed_configmaps("default", 300).unwrap();
+    let informer = informer(&server)
+        .backoff(kinformer::actors::reflector::Backoff::new(
+            Duration::from_millis(5),
+            Duration::from_millis(10),
+            Duration::from_secs(120),
+        ))
+        .fifo_options(kinformer::actors::delta_fifo::FifoOptions {
+            batch_size: 16,
+            initial_batch_size: 16,
+            high_watermark: 64,
+        })
+        .start()
+        .unwrap();
+    let (gate_tx, _sub, log) = gated_block_subscriber(&informer, true).await;
+    informer.wait_for_sync(SYNC).await.unwrap();
+    // Fill the stalled subscriber's queue (8) and park the next chunk: the
+    // Indexer waits for it, the DeltaFIFO queues the rest, below its mark.
+    gate_tx.send_replace(false);
+    for i in 0..40 {
+        create(&server, &format!("fill-{i}"), "1");
+    }
+    eventually(
+        SETTLE,
+        "the Indexer waits for the stalled subscriber",
+        || {
+            let stats = informer.stats();
+            stats.events == 40 && stats.queued_deltas > 0
+        },
+    )
+    .await;
+    server.faults().fail_next(
+        kinformer_apiserver::Verb::Watch,
+        1_000_000,
+        kinformer_apiserver::Failure::Internal,
+    );
+    server.faults().close_all_watches();
+    let lists = informer.stats().lists;
+    // Relists at the backoff's pace (≤ 20 ms) for as long as they are answered.
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        while informer.stats().lists < lists + 20 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let queued = informer.stats().queued_deltas;
+    assert!(
+        queued <= 64 + 340 + 16,
+        "fifo queued {queued} after {} relists",
+        informer.stats().lists - lists
+    );
+    server.faults().clear();
+    gate_tx.send_replace(true);
+    converges(&server, &log, "the stalled subscriber catches up").await;
+}
+
 #[actix::test]
 async fn the_initial_list_in_one_batch_reaches_a_stalled_block_subscriber_in_chunks() {
     let server = server(10_000);

@@ -9,8 +9,9 @@
 //!   fewer than `high_watermark` deltas, and only once it has drained below
 //!   that otherwise. The Reflector awaits the answer before it reads more of
 //!   the watch stream, so the server's TCP connection pushes back.
-//!   [`Replace`] is answered at once: its list is already in memory, and
-//!   holding it back would only delay the watch at the list's resourceVersion.
+//!   [`Replace`] is answered the same way: its list is already in memory, but
+//!   a Reflector relisting again and again while the consumer is stalled
+//!   would otherwise queue one more state per key each time, without bound.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -287,7 +288,6 @@ impl<K: Resource + Send + Sync + 'static> Handler<Replace<K>> for DeltaFifo<K> {
             tracing::error!(%err, rv = %msg.resource_version, "replace failed");
         }
         self.pump(ctx);
-        self.refresh_stats();
-        Box::pin(async { Ok(()) })
+        self.answer()
     }
 }
