@@ -9,9 +9,11 @@ use actix::prelude::*;
 use kinformer_actors::Object;
 use kinformer_actors::delta_fifo::{DeltaFifo, FifoOptions, FifoStats};
 use kinformer_actors::indexer::{
-    Cache, CacheError, IndexFn, Indexer, IndexerStats, ListenerStopped, Subscribe,
+    Cache, CacheError, IndexFn, Indexer, IndexerStats, ListenerStopped, Subscribe, Unsubscribe,
 };
-use kinformer_actors::listener::{Listener, ListenerOptions, ListenerStats, SubscriberId, Target};
+use kinformer_actors::listener::{
+    Listener, ListenerOptions, ListenerStats, StopListener, SubscriberId, Target,
+};
 use kinformer_actors::reflector::{
     Backoff, DecodeOptions, ListWatch, Reflector, ReflectorOptions, ReflectorStats, StopReflector,
     Transform, WatchEndReason,
@@ -97,6 +99,7 @@ where
     /// answer, and how long past its asked-for timeout a watch may stay open,
     /// before it is given up (default 60 s): kube-client sets no read timeout,
     /// and a half-open connection would otherwise hang the informer silently.
+    /// `ZERO` turns these deadlines off.
     pub fn read_timeout(mut self, timeout: Duration) -> Self {
         self.reflector.read_timeout = timeout;
         self
@@ -505,12 +508,12 @@ where
             })
             .await
             .map_err(|_| InformerError::Stopped)?;
-        let resync_period = self
-            .inner
-            .resync
-            .send(ScheduleResync { id, period })
-            .await
-            .map_err(|_| InformerError::Stopped)?;
+        let Ok(resync_period) = self.inner.resync.send(ScheduleResync { id, period }).await else {
+            // Stopped meanwhile: undo the subscription nobody will hold.
+            self.inner.indexer.do_send(Unsubscribe(id));
+            listener.do_send(StopListener);
+            return Err(InformerError::Stopped);
+        };
         // The listener owns the sender of `synced`: once it stops (its
         // subscriber's actor stopped, or an unsubscribe), forget it at once.
         // Weak addresses: this task must not keep a stopped informer alive.

@@ -461,9 +461,9 @@ async fn stalled_block_subscriber_holds_the_pipeline_with_bounded_memory() {
 }
 
 /// Relists while a Block subscriber holds the Indexer, and every watch open
-/// fails (so no watch event holds the Reflector back): each list used to be
-/// answered at once and queued one more state per key, so the DeltaFIFO grew
-/// by the whole list at every relist. The Reflector now waits for room.
+/// fails (so no watch event holds the Reflector back): the DeltaFIFO stays
+/// within its high watermark plus one list (a Replace waits for room, like
+/// an Enqueue), and everything converges once the subscriber resumes.
 #[actix::test]
 async fn relists_against_a_stalled_block_subscriber_do_not_pile_up() {
     let server = server(100_000);

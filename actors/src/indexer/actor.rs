@@ -76,8 +76,10 @@ impl<K: Send + Sync + 'static> Message for Subscribe<K> {
 #[rtype(result = "()")]
 pub struct Unsubscribe(pub SubscriberId);
 
-/// A listener stopped (its subscriber's actor did): forget it now, not at the
-/// next delivery that finds it gone. Counted as lost unless unsubscribed first.
+/// A listener stopped: it was unsubscribed, or a call to its subscriber found
+/// the actor gone (at once when a call was in flight, else at its next
+/// event). Forget it now rather than at the next delivery to it; counted as
+/// lost unless unsubscribed first.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct ListenerStopped(pub SubscriberId);

@@ -70,11 +70,11 @@ impl<K: 'static> Message for Deliver<K> {
 /// Resync notifications of a sweep (SI-11). They go to the listener's
 /// [`ResyncLane`], out of the way of real changes. The answer paces the
 /// sweep: it comes once the lane is down to [`RESYNC_LANE_LOW`], so a sweep
-/// advances at the pace its subscribers take it (answering at once let a
+/// advances at the pace its subscriber takes it (answering at once let a
 /// 100k-object sweep monopolise the thread: real events' p99 43× baseline).
 /// A subscriber that takes no resyncs for [`RESYNC_HOLD_MAX`] (busy with
-/// real changes, or stalled) answers anyway: it slows the sweep of the other
-/// subscribers, it never stops it; its lane holds one resync per object at most.
+/// real changes, or stalled) answers anyway: its own sweep slows down, it
+/// never stops; its lane holds one resync per object at most.
 pub struct DeliverResync<K>(pub Vec<Event<K>>);
 
 impl<K: 'static> Message for DeliverResync<K> {

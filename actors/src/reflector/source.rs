@@ -40,12 +40,16 @@ pub struct ListWatch<K: Resource> {
     pub read_timeout: Duration,
 }
 
-/// `fut`, or a `TimedOut` read error once `limit` passed without an answer.
+/// `fut`, or a `TimedOut` read error once `limit` passed without an answer
+/// (`ZERO`: no limit).
 async fn within<T>(
     limit: Duration,
     what: &'static str,
     fut: impl std::future::Future<Output = Result<T, kube::Error>>,
 ) -> Result<T, kube::Error> {
+    if limit.is_zero() {
+        return fut.await;
+    }
     tokio::time::timeout(limit, fut).await.unwrap_or_else(|_| {
         Err(kube::Error::ReadEvents(std::io::Error::new(
             std::io::ErrorKind::TimedOut,
@@ -310,10 +314,12 @@ where
         // A healthy server ends the watch at the timeout asked for: one that
         // has not by then (a half-open connection) is given up.
         let now = tokio::time::Instant::now();
+        let far = now + Duration::from_secs(30 * 365 * 86_400);
         let deadline = Duration::from_secs(u64::from(req.timeout_secs))
             .checked_add(self.read_timeout)
             .and_then(|d| now.checked_add(d))
-            .unwrap_or_else(|| now + Duration::from_secs(30 * 365 * 86_400));
+            .filter(|_| !self.read_timeout.is_zero())
+            .unwrap_or(far);
         let body = opened.await.map_err(|err| {
             tracing::warn!(%err, "opening the watch failed");
             classify(&err)
@@ -1404,6 +1410,21 @@ mod tests {
         line.clear();
         assert_eq!(read_line_capped(&mut body, &mut line, 12).await.unwrap(), 4);
         assert_eq!(read_line_capped(&mut body, &mut line, 12).await.unwrap(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_read_deadline_fails_a_silent_request_and_zero_means_none() {
+        let slow = || async {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            Ok::<_, kube::Error>(7)
+        };
+        let err = within(Duration::from_secs(1), "list", slow())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, kube::Error::ReadEvents(e) if e.kind() == std::io::ErrorKind::TimedOut)
+        );
+        assert_eq!(within(Duration::ZERO, "list", slow()).await.unwrap(), 7);
     }
 
     #[test]

@@ -130,7 +130,8 @@ pub struct ReflectorOptions {
     /// before it is given up (then backed off and retried); a watch is given
     /// up this long after the timeout it asked the server for. kube-client
     /// sets no read timeout, so without this a half-open connection or a
-    /// frozen server would hang the informer silently. Default: 60 s.
+    /// frozen server would hang the informer silently. Default: 60 s;
+    /// `ZERO` turns these deadlines off.
     pub read_timeout: Duration,
 }
 
