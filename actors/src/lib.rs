@@ -19,6 +19,9 @@ pub mod listener;
 pub mod reflector;
 pub mod resync;
 
+#[cfg(test)]
+mod testing;
+
 /// What an informer can watch and cache: a Kubernetes object that decodes
 /// from JSON and can be shared across threads (typed k8s-openapi objects,
 /// `DynamicObject`, custom resources).

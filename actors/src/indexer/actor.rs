@@ -652,15 +652,7 @@ mod tests {
                 | Event::Deleted { cause, .. } => *cause,
             };
             self.seen.lock().unwrap().push((e.key().to_string(), cause));
-            let mut gate = self.gate.clone();
-            if !*gate.borrow() {
-                ctx.wait(
-                    async move {
-                        let _ = gate.wait_for(|open| *open).await;
-                    }
-                    .into_actor(self),
-                );
-            }
+            crate::testing::hold_until_open(self, &self.gate, ctx);
         }
     }
 
@@ -707,6 +699,22 @@ mod tests {
         })
     }
 
+    /// Subscribes these listeners, in order, under these ids.
+    async fn subscribe<const N: usize>(
+        indexer: &Addr<Indexer<ConfigMap>>,
+        listeners: [(u64, Addr<Listener<ConfigMap>>); N],
+    ) {
+        for (id, listener) in listeners {
+            indexer
+                .send(Subscribe {
+                    id: SubscriberId(id),
+                    listener,
+                })
+                .await
+                .unwrap();
+        }
+    }
+
     async fn until(what: &str, mut done: impl FnMut() -> bool) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         while !done() {
@@ -725,15 +733,7 @@ mod tests {
         let (stalled_gate, closed) = watch::channel(false);
         let (stalled, _) = listener(1, closed);
         let (fast, seen) = listener(1024, watch::channel(true).1);
-        for (id, listener) in [(1, stalled), (2, fast)] {
-            indexer
-                .send(Subscribe {
-                    id: SubscriberId(id),
-                    listener,
-                })
-                .await
-                .unwrap();
-        }
+        subscribe(&indexer, [(1, stalled), (2, fast)]).await;
         let mut queue = DeltaQueue::new(DeltaQueueOptions::default());
         let keys: Vec<String> = (0..300).map(|i| format!("o{i:03}")).collect();
         for k in &keys {
@@ -786,13 +786,7 @@ mod tests {
     async fn a_sync_delta_of_a_changed_object_is_a_relist_change() {
         let indexer = Indexer::new(Cache::new(), Arc::new(IndexerStats::default())).start();
         let (listener, seen) = listener(16, watch::channel(true).1);
-        indexer
-            .send(Subscribe {
-                id: SubscriberId(1),
-                listener,
-            })
-            .await
-            .unwrap();
+        subscribe(&indexer, [(1, listener)]).await;
         let mut queue = DeltaQueue::new(DeltaQueueOptions {
             emit_replaced: false,
         });
@@ -827,13 +821,7 @@ mod tests {
         let indexer = Indexer::new(cache, Arc::new(IndexerStats::default())).start();
         let (gate, closed) = watch::channel(false);
         let (listener, seen) = listener(1, closed);
-        indexer
-            .send(Subscribe {
-                id: SubscriberId(1),
-                listener,
-            })
-            .await
-            .unwrap();
+        subscribe(&indexer, [(1, listener)]).await;
         until("the replay began", || !seen.lock().unwrap().is_empty()).await;
         let gone = indexer
             .send(ResyncDue(vec![SubscriberId(1)]))
@@ -880,15 +868,7 @@ mod tests {
         let (_gate, closed) = watch::channel(false);
         let (stalled, _) = listener_with(OverflowPolicy::Coalesce, 16, closed);
         let (fast, seen) = listener(2 * n, watch::channel(true).1);
-        for (id, listener) in [(1, stalled), (2, fast)] {
-            indexer
-                .send(Subscribe {
-                    id: SubscriberId(id),
-                    listener,
-                })
-                .await
-                .unwrap();
-        }
+        subscribe(&indexer, [(1, stalled), (2, fast)]).await;
         spin("the fast subscriber's replay", || {
             seen.lock().unwrap().len() == n
         })

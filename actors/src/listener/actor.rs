@@ -1034,15 +1034,7 @@ mod tests {
 
         fn handle(&mut self, e: Event<ConfigMap>, ctx: &mut Context<Self>) {
             self.seen.lock().unwrap().push(e.key().to_string());
-            let mut gate = self.gate.clone();
-            if !*gate.borrow() {
-                ctx.wait(
-                    async move {
-                        let _ = gate.wait_for(|open| *open).await;
-                    }
-                    .into_actor(self),
-                );
-            }
+            crate::testing::hold_until_open(self, &self.gate, ctx);
         }
     }
 
