@@ -372,6 +372,15 @@ async fn stalled_coalesce_subscriber_delays_nobody_and_stays_bounded_by_keys() {
     .await;
 }
 
+/// Small DeltaFIFO batches and a low high watermark (64 deltas), so a stalled
+/// subscriber's back-pressure shows within a few hundred events.
+const SMALL_FIFO: kinformer::actors::delta_fifo::FifoOptions =
+    kinformer::actors::delta_fifo::FifoOptions {
+        batch_size: 16,
+        initial_batch_size: 16,
+        high_watermark: 64,
+    };
+
 /// A `Block` subscriber (capacity 8) whose handler calls wait while its gate is closed.
 async fn gated_block_subscriber(
     informer: &kinformer::Informer<k8s_openapi::api::core::v1::ConfigMap>,
@@ -399,14 +408,7 @@ async fn gated_block_subscriber(
 async fn stalled_block_subscriber_holds_the_pipeline_with_bounded_memory() {
     let server = server(100_000);
     server.seed_configmaps("default", 10).unwrap();
-    let informer = informer(&server)
-        .fifo_options(kinformer::actors::delta_fifo::FifoOptions {
-            batch_size: 16,
-            initial_batch_size: 16,
-            high_watermark: 64,
-        })
-        .start()
-        .unwrap();
+    let informer = informer(&server).fifo_options(SMALL_FIFO).start().unwrap();
     let (gate_tx, sub, log) = gated_block_subscriber(&informer, true).await;
     informer.wait_for_sync(SYNC).await.unwrap();
     // A full Block subscriber holds the whole informer back (that is its contract).
@@ -474,11 +476,7 @@ async fn relists_against_a_stalled_block_subscriber_do_not_pile_up() {
             Duration::from_millis(10),
             Duration::from_secs(120),
         ))
-        .fifo_options(kinformer::actors::delta_fifo::FifoOptions {
-            batch_size: 16,
-            initial_batch_size: 16,
-            high_watermark: 64,
-        })
+        .fifo_options(SMALL_FIFO)
         .start()
         .unwrap();
     let (gate_tx, _sub, log) = gated_block_subscriber(&informer, true).await;
