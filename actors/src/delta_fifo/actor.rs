@@ -291,3 +291,111 @@ impl<K: Resource + Send + Sync + 'static> Handler<Replace<K>> for DeltaFifo<K> {
         self.answer()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::Event;
+    use crate::indexer::{Cache, IndexerStats, Subscribe};
+    use crate::listener::{Listener, ListenerOptions, ListenerStats, OverflowPolicy, SubscriberId};
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::ObjectMeta;
+
+    /// Takes events, stalled in its handler while the gate is closed.
+    struct Stalled(watch::Receiver<bool>);
+
+    impl Actor for Stalled {
+        type Context = Context<Self>;
+    }
+
+    impl Handler<Event<ConfigMap>> for Stalled {
+        type Result = ();
+
+        fn handle(&mut self, _: Event<ConfigMap>, ctx: &mut Context<Self>) {
+            crate::testing::hold_until_open(self, &self.0, ctx);
+        }
+    }
+
+    fn cm(name: &str) -> Arc<ConfigMap> {
+        Arc::new(ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                resource_version: Some("1".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+    }
+
+    async fn settle() {
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// A `Replace` past the high watermark waits for room like an `Enqueue`:
+    /// relisting again and again against a stalled consumer would otherwise
+    /// queue one more state per key each time.
+    #[actix::test]
+    async fn a_replace_past_the_high_watermark_waits_for_room() {
+        let cache = Cache::<ConfigMap>::new();
+        let reader = cache.reader();
+        let indexer = Indexer::new(cache, Arc::new(IndexerStats::default())).start();
+        let (gate, closed) = watch::channel(false);
+        let listener = Listener::new(
+            SubscriberId(1),
+            Stalled(closed).start().recipient(),
+            ListenerOptions {
+                policy: OverflowPolicy::Block,
+                capacity: 1,
+            },
+            watch::channel(false).0,
+            Arc::new(ListenerStats::default()),
+        )
+        .start();
+        indexer
+            .send(Subscribe {
+                id: SubscriberId(1),
+                listener,
+            })
+            .await
+            .unwrap();
+        let stats = Arc::new(FifoStats::default());
+        let fifo = DeltaFifo::new(
+            reader,
+            indexer,
+            FifoOptions {
+                batch_size: 16,
+                initial_batch_size: 16,
+                high_watermark: 64,
+            },
+            watch::channel(false).0,
+            stats.clone(),
+        )
+        .start();
+        let events = (0..40)
+            .map(|i| WatchDelta::Added(cm(&format!("w{i}"))))
+            .collect();
+        fifo.send(Enqueue(events)).await.unwrap().unwrap();
+        settle().await;
+        let list = |n| (0..n).map(|i| cm(&format!("l{i}"))).collect::<Vec<_>>();
+        let mut replaced = Box::pin(fifo.send(Replace {
+            objects: list(340),
+            resource_version: "9".into(),
+        }));
+        settle().await;
+        assert!(
+            futures::poll!(&mut replaced).is_pending(),
+            "held while {} deltas wait",
+            stats.queued_deltas.load(Ordering::SeqCst)
+        );
+        gate.send_replace(true);
+        tokio::time::timeout(std::time::Duration::from_secs(5), replaced)
+            .await
+            .expect("answered once the consumer drained the queue")
+            .unwrap()
+            .unwrap();
+        assert!(stats.queued_deltas.load(Ordering::SeqCst) < 64);
+    }
+}
