@@ -48,6 +48,8 @@ pub fn start_informer(
             high_watermark: engine.fifo.high_watermark,
         })
         .default_resync(engine.default_resync)
+        .read_timeout(engine.read_timeout)
+        .min_watch_timeout(engine.min_watch_timeout)
         .index("namespace", |o: &DynamicObject| {
             Ok(o.metadata.namespace.clone().into_iter().collect())
         });

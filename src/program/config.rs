@@ -146,6 +146,13 @@ pub struct EngineSettings {
     pub overflow_policy: Policy,
     /// Drop `metadata.managedFields` before caching.
     pub drop_managed_fields: bool,
+    /// How long a list page or a watch open may go unanswered, and a watch
+    /// may outlive the timeout it asked for (`0s` = no deadline).
+    #[serde(with = "humantime_serde")]
+    pub read_timeout: Duration,
+    /// Shortest server-side watch timeout asked for (each watch: [min, 2·min)).
+    #[serde(with = "humantime_serde")]
+    pub min_watch_timeout: Duration,
     /// Backoff between failed list/watch attempts.
     pub backoff: BackoffSettings,
     /// DeltaFIFO tuning.
@@ -161,6 +168,8 @@ impl Default for EngineSettings {
             queue_capacity: 1024,
             overflow_policy: Policy::Block,
             drop_managed_fields: true,
+            read_timeout: Duration::from_secs(60),
+            min_watch_timeout: Duration::from_secs(300),
             backoff: BackoffSettings::default(),
             fifo: FifoSettings::default(),
         }
@@ -558,6 +567,9 @@ fn unknown_field(message: &str) -> Option<String> {
 fn validate(l: &Loaded) -> Result<(), ConfigError> {
     let s = &l.settings;
     let e = &s.engine;
+    if e.min_watch_timeout < Duration::from_secs(1) {
+        return Err(l.error("engine.min_watch_timeout", "must be at least 1s"));
+    }
     if e.backoff.initial.is_zero() {
         return Err(l.error("engine.backoff.initial", "must be more than 0s"));
     }
@@ -834,6 +846,10 @@ mod tests {
             .err()
             .unwrap();
         assert_eq!(e.key, "engine.backoff.initial");
+        let e = load_text("[engine]\nmin_watch_timeout = \"100ms\"\n", &[])
+            .err()
+            .unwrap();
+        assert_eq!(e.key, "engine.min_watch_timeout");
         let e = load_text("[cluster]\nembedded = true\ncontext = \"prod\"\n", &[])
             .err()
             .unwrap();
