@@ -362,6 +362,31 @@ impl<K: Object> Shared<K> {
     }
 }
 
+/// Removes a subscription being set up, unless disarmed: `subscribe` failed,
+/// or its future was dropped, before the `Subscription` was handed over.
+struct Undo<K: Object> {
+    id: SubscriberId,
+    indexer: Addr<Indexer<K>>,
+    resync: Addr<ResyncTimer>,
+    listener: Option<Addr<Listener<K>>>,
+}
+
+impl<K: Object> Undo<K> {
+    fn disarm(mut self) {
+        self.listener = None;
+    }
+}
+
+impl<K: Object> Drop for Undo<K> {
+    fn drop(&mut self) {
+        if let Some(listener) = self.listener.take() {
+            self.indexer.do_send(Unsubscribe(self.id));
+            self.resync.do_send(CancelResync(self.id));
+            listener.do_send(StopListener);
+        }
+    }
+}
+
 /// The last handle is gone (every `Informer` and `Subscription`): nobody can
 /// stop the informer any more, so it stops, as [`Informer::stop`] would.
 impl<K: Object> Drop for Shared<K> {
@@ -500,6 +525,14 @@ where
         .in_span(tracing::info_span!(parent: &self.inner.span, "listener", subscriber = %id))
         .start();
         let period = options.resync.unwrap_or(self.inner.default_resync);
+        // Until the `Subscription` is handed over, an error (the informer
+        // stopped meanwhile) or a dropped future undoes what was set up.
+        let undo = Undo {
+            id,
+            indexer: self.inner.indexer.clone(),
+            resync: self.inner.resync.clone(),
+            listener: Some(listener.clone()),
+        };
         self.inner
             .indexer
             .send(Subscribe {
@@ -508,12 +541,13 @@ where
             })
             .await
             .map_err(|_| InformerError::Stopped)?;
-        let Ok(resync_period) = self.inner.resync.send(ScheduleResync { id, period }).await else {
-            // Stopped meanwhile: undo the subscription nobody will hold.
-            self.inner.indexer.do_send(Unsubscribe(id));
-            listener.do_send(StopListener);
-            return Err(InformerError::Stopped);
-        };
+        let resync_period = self
+            .inner
+            .resync
+            .send(ScheduleResync { id, period })
+            .await
+            .map_err(|_| InformerError::Stopped)?;
+        undo.disarm();
         // The listener owns the sender of `synced`: once it stops (its
         // subscriber's actor stopped, or an unsubscribe), forget it at once.
         // Weak addresses: this task must not keep a stopped informer alive.

@@ -665,3 +665,33 @@ fn starting_outside_an_actor_runtime_is_an_error_not_a_panic() {
             .await;
     });
 }
+
+/// A `subscribe` whose future is dropped half-way (e.g. under a timeout)
+/// leaves no listener behind.
+#[actix::test]
+async fn a_subscribe_dropped_half_way_leaves_nothing_behind() {
+    let server = server(10_000);
+    server.seed_configmaps("default", 5).unwrap();
+    let informer = informer(&server).start().unwrap();
+    informer.wait_for_sync(SYNC).await.unwrap();
+    let (a, _log) = Recorder::start();
+    let mut subscribing = Box::pin(informer.subscribe(a.recipient(), SubscribeOptions::default()));
+    // The first poll sends the Subscribe; once the Indexer took the
+    // listener, the second sends the resync schedule and waits for it.
+    assert!(futures::poll!(&mut subscribing).is_pending());
+    eventually(SETTLE, "the Indexer took the listener", || {
+        informer.stats().subscribers == 1
+    })
+    .await;
+    assert!(futures::poll!(&mut subscribing).is_pending());
+    drop(subscribing);
+    eventually(SETTLE, "the half-made subscription is removed", || {
+        informer.stats().subscribers == 0
+    })
+    .await;
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(informer.stats().subscribers, 0);
+    assert_eq!(informer.stats().subscribers_lost, 0, "an undo is no loss");
+}
