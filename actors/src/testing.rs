@@ -1,7 +1,24 @@
 //! Test helpers shared by the actors' unit tests.
 
+use std::sync::Arc;
+
 use actix::prelude::*;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::ObjectMeta;
 use tokio::sync::watch;
+
+/// A ConfigMap `ns/name` at resourceVersion `rv`.
+pub fn configmap(name: &str, rv: &str) -> Arc<ConfigMap> {
+    Arc::new(ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("ns".into()),
+            resource_version: Some(rv.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+}
 
 /// Pauses `act`'s mailbox until `gate` opens (a subscriber stalled in its
 /// handler); nothing happens when it is open already.

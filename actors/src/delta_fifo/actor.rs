@@ -299,7 +299,6 @@ mod tests {
     use crate::indexer::{Cache, IndexerStats, Subscribe};
     use crate::listener::{Listener, ListenerOptions, ListenerStats, OverflowPolicy, SubscriberId};
     use k8s_openapi::api::core::v1::ConfigMap;
-    use kube::api::ObjectMeta;
 
     /// Takes events, stalled in its handler while the gate is closed.
     struct Stalled(watch::Receiver<bool>);
@@ -317,15 +316,7 @@ mod tests {
     }
 
     fn cm(name: &str) -> Arc<ConfigMap> {
-        Arc::new(ConfigMap {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                namespace: Some("ns".into()),
-                resource_version: Some("1".into()),
-                ..Default::default()
-            },
-            ..Default::default()
-        })
+        crate::testing::configmap(name, "1")
     }
 
     async fn settle() {

@@ -625,7 +625,6 @@ mod tests {
     use crate::delta_fifo::{DeltaQueue, DeltaQueueOptions};
     use crate::listener::{ListenerOptions, ListenerStats, OverflowPolicy};
     use k8s_openapi::api::core::v1::ConfigMap;
-    use kube::api::ObjectMeta;
     use std::sync::Mutex;
     use std::time::Duration;
     use tokio::sync::watch;
@@ -688,15 +687,7 @@ mod tests {
     }
 
     fn cm_at(name: &str, rv: &str) -> Arc<ConfigMap> {
-        Arc::new(ConfigMap {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                namespace: Some("ns".into()),
-                resource_version: Some(rv.into()),
-                ..Default::default()
-            },
-            ..Default::default()
-        })
+        crate::testing::configmap(name, rv)
     }
 
     /// Subscribes these listeners, in order, under these ids.

@@ -647,20 +647,11 @@ where
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::ConfigMap;
-    use kube::api::ObjectMeta;
 
     use super::*;
 
     fn cm(name: &str, rv: &str) -> Arc<ConfigMap> {
-        Arc::new(ConfigMap {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                namespace: Some("ns".into()),
-                resource_version: Some(rv.into()),
-                ..Default::default()
-            },
-            ..Default::default()
-        })
+        crate::testing::configmap(name, rv)
     }
 
     #[test]
