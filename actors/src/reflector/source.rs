@@ -504,6 +504,8 @@ async fn next_event<K: DeserializeOwned>(
                 return Some(Err(classify(&kube::Error::ReadEvents(e))));
             }
         }
+        // Without its newline, the line is the last bytes of a body cut short.
+        let cut = st.line.last() != Some(&b'\n');
         let line = st.line.trim_ascii();
         if line.is_empty() {
             continue;
@@ -521,13 +523,24 @@ async fn next_event<K: DeserializeOwned>(
             }
             // An incomplete last line: the body was cut; resume like a clean close.
             Err(e) if e.is_eof() => None,
-            Err(e) => match serde_json::from_slice::<kube::core::Status>(line) {
-                Ok(status) => Some(Err(classify(&kube::Error::Api(Box::new(status))))),
-                Err(_) => {
-                    tracing::warn!(%e, "malformed watch event");
-                    Some(Err(classify(&kube::Error::SerdeError(e))))
+            // The same, cut inside a multi-byte character.
+            Err(_) if cut && std::str::from_utf8(line).is_err_and(|u| u.error_len().is_none()) => {
+                None
+            }
+            Err(e) => {
+                if let Some(why) = decode::skippable_watch_line::<K>(line) {
+                    // R-17 steps 2–3: logged and skipped; the resourceVersion stays.
+                    tracing::warn!(%e, why, "watch event skipped");
+                    continue;
                 }
-            },
+                match decode::bare_status(line) {
+                    Some(status) => Some(Err(classify(&kube::Error::Api(Box::new(status))))),
+                    None => {
+                        tracing::warn!(%e, "malformed watch event");
+                        Some(Err(classify(&kube::Error::SerdeError(e))))
+                    }
+                }
+            }
         };
     }
 }
@@ -701,6 +714,49 @@ pub mod decode {
     /// string that decoding from bytes does.
     fn utf8(bytes: &[u8]) -> Result<&str, serde_json::Error> {
         std::str::from_utf8(bytes).map_err(|e| de::Error::custom(format!("invalid UTF-8: {e}")))
+    }
+
+    /// Why a watch line that did not decode as a `K` event is one client-go
+    /// skips rather than fails on (R-17 steps 2–3), if it is: an object event
+    /// whose object has no `metadata`, or one of another kind (it decodes as
+    /// a `K` once its `kind` and `apiVersion` are taken out: k8s-openapi's
+    /// types refuse a different one). Anything else is malformed. Only called
+    /// for a line that failed, so the second parse costs nothing otherwise.
+    pub fn skippable_watch_line<K: DeserializeOwned>(line: &[u8]) -> Option<&'static str> {
+        #[derive(Deserialize)]
+        struct Envelope {
+            #[serde(rename = "type")]
+            event: String,
+            object: serde_json::Map<String, serde_json::Value>,
+        }
+        let Envelope { event, mut object } = serde_json::from_slice(line).ok()?;
+        if !matches!(event.as_str(), "ADDED" | "MODIFIED" | "DELETED") {
+            return None;
+        }
+        if !object
+            .get("metadata")
+            .is_some_and(serde_json::Value::is_object)
+        {
+            return Some("object without metadata");
+        }
+        let typed = object.remove("kind").is_some() | object.remove("apiVersion").is_some();
+        (typed && serde_json::from_value::<K>(serde_json::Value::Object(object)).is_ok())
+            .then_some("object of another kind")
+    }
+
+    /// A line that is a `Status` of its own (`"kind": "Status"`), not an
+    /// event: some servers and proxies end a watch that way. (kube's
+    /// `Status` decodes from any JSON object, so the kind is checked first.)
+    pub fn bare_status(line: &[u8]) -> Option<kube::core::Status> {
+        #[derive(Deserialize)]
+        struct Kind {
+            kind: Option<String>,
+        }
+        let Kind { kind } = serde_json::from_slice(line).ok()?;
+        if kind.as_deref() != Some("Status") {
+            return None;
+        }
+        serde_json::from_slice(line).ok()
     }
 
     /// Decodes one object.
@@ -1410,6 +1466,93 @@ mod tests {
         line.clear();
         assert_eq!(read_line_capped(&mut body, &mut line, 12).await.unwrap(), 4);
         assert_eq!(read_line_capped(&mut body, &mut line, 12).await.unwrap(), 0);
+    }
+
+    /// Reads a watch body to its end: the events, then the failure that ended it, if any.
+    async fn read_watch(body: &[u8]) -> (Vec<String>, Option<Failure>) {
+        let body: Pin<Box<dyn AsyncBufRead + Send>> =
+            Box::pin(futures::io::Cursor::new(body.to_vec()));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        let mut stream = watch_stream::<ConfigMap>(body, DecodeOptions::default(), deadline);
+        let mut names = Vec::new();
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(SourceEvent::Added(o) | SourceEvent::Modified(o) | SourceEvent::Deleted(o)) => {
+                    names.push(o.metadata.name.unwrap_or_default())
+                }
+                Ok(SourceEvent::Bookmark { .. }) => names.push("bookmark".into()),
+                Err(f) => return (names, Some(f)),
+            }
+        }
+        (names, None)
+    }
+
+    fn added(object: &str) -> String {
+        format!("{{\"type\":\"ADDED\",\"object\":{object}}}\n")
+    }
+
+    /// R-17 steps 2–3 (review note M4): an event whose object is of another
+    /// kind, or has no metadata, is skipped; the watch goes on. A line that
+    /// is not an event at all still fails the watch as malformed.
+    #[tokio::test]
+    async fn a_watch_skips_objects_of_another_kind_or_without_metadata() {
+        let cm = |name: &str| {
+            format!(
+                r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}","resourceVersion":"5"}},"data":{{"a":"b"}}}}"#
+            )
+        };
+        let secret = r#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"s","resourceVersion":"6"},"type":"Opaque","data":{"a":"Yg=="}}"#;
+        let body = [
+            added(&cm("one")),
+            added(secret),
+            added(r#"{"apiVersion":"v1","kind":"ConfigMap","data":{"a":"b"},"metadata":7}"#),
+            added(&cm("two")),
+        ]
+        .concat();
+        assert_eq!(
+            read_watch(body.as_bytes()).await,
+            (vec!["one".to_owned(), "two".to_owned()], None)
+        );
+
+        let broken = [
+            added(&cm("one")),
+            added(r#"{"kind":"ConfigMap","metadata":{"name":"x"},"data":[1]}"#),
+            added(&cm("two")),
+        ]
+        .concat();
+        assert_eq!(
+            read_watch(broken.as_bytes()).await,
+            (vec!["one".to_owned()], Some(Failure::Malformed))
+        );
+        // A Status line of its own is the server's answer, not a malformed event.
+        let gone = [
+            added(&cm("one")),
+            r#"{"kind":"Status","apiVersion":"v1","status":"Failure","code":410,"reason":"Expired"}"#.to_owned(),
+        ]
+        .concat();
+        assert_eq!(
+            read_watch(gone.as_bytes()).await,
+            (vec!["one".to_owned()], Some(Failure::Expired))
+        );
+    }
+
+    /// A body cut inside a multi-byte character ends the watch like a clean
+    /// close (re-watch from the last resourceVersion), as a cut anywhere else
+    /// does; the same bytes followed by a newline are a malformed line.
+    #[tokio::test]
+    async fn a_body_cut_inside_a_character_ends_the_watch_cleanly() {
+        let first = added(r#"{"metadata":{"name":"one","resourceVersion":"5"}}"#);
+        let mut cut = first.clone().into_bytes();
+        cut.extend_from_slice(
+            "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"é".as_bytes(),
+        );
+        cut.pop();
+        assert_eq!(read_watch(&cut).await, (vec!["one".to_owned()], None));
+        cut.push(b'\n');
+        assert_eq!(
+            read_watch(&cut).await,
+            (vec!["one".to_owned()], Some(Failure::Malformed))
+        );
     }
 
     #[tokio::test(start_paused = true)]
