@@ -309,7 +309,7 @@ pub struct InformerStats {
     pub reflector_panics: u64,
     /// Milliseconds spent waiting in backoff.
     pub backoff_ms: u64,
-    /// Adds, updates and deletes applied to the cache.
+    /// Adds applied to the cache.
     pub added: u64,
     /// Updates applied (unchanged relist/resync replays excluded).
     pub updated: u64,

@@ -2,6 +2,8 @@
 //! `watch configmaps -A -o json` against an embedded server the test starts,
 //! with writes made through kube-client.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
@@ -13,18 +15,7 @@ use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use serde_json::Value;
 
 fn kinformer() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kinformer"));
-    // Isolated from the developer's environment: no config file, no cluster, no overrides.
-    cmd.current_dir(std::env::temp_dir())
-        .env_remove("KINFORMER_CONFIG")
-        .env("KUBECONFIG", "/nonexistent/kubeconfig")
-        .env("RUST_LOG", "warn");
-    for (k, _) in std::env::vars() {
-        if k.starts_with("KINFORMER__") {
-            cmd.env_remove(k);
-        }
-    }
-    cmd
+    common::kinformer_command()
 }
 
 /// Waits for the process to end, at most `limit`; kills it past that.
@@ -390,6 +381,125 @@ fn cluster_selection_follows_kubeconfig_conventions() {
         "{stdout}"
     );
     assert!(!stdout.contains("embedded"), "{stdout}");
+
+    // A KUBECONFIG that does not load (missing file, unknown current context)
+    // is an error too: the embedded server is only for "nothing configured".
+    let broken = std::env::temp_dir().join(format!(
+        "kinformer-kubeconfig-broken-{}",
+        std::process::id()
+    ));
+    std::fs::write(
+        &broken,
+        std::fs::read_to_string(&path)
+            .unwrap()
+            .replace("current-context: bad", "current-context: typo"),
+    )
+    .unwrap();
+    for kubeconfig in ["/nonexistent/kubeconfig", broken.to_str().unwrap()] {
+        let child = kinformer()
+            .env("KUBECONFIG", kubeconfig)
+            .args(["run", "--for", "1s"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let out = wait_output(child, Duration::from_secs(30));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+        assert!(
+            stderr.contains(&format!("KUBECONFIG={kubeconfig}")),
+            "{stderr}"
+        );
+        assert!(!stdout.contains("embedded"), "{stdout}");
+    }
+    let _ = std::fs::remove_file(&broken);
     let _ = std::fs::remove_file(&path);
     server.shutdown();
+}
+
+/// A server that accepts connections and never answers: discovery fails
+/// after `engine.read_timeout` (exit 1, naming the wait) instead of hanging;
+/// with a shorter `--for`, the run ends when `--for` does, setup included.
+#[test]
+fn a_silent_server_fails_discovery_instead_of_hanging() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    // Accepts, keeps the connections open, never answers.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming().flatten() {
+            held.push(conn);
+        }
+    });
+    for (env, args) in [
+        (Some("2s"), vec!["run", "--server", &url]),
+        (None, vec!["run", "--server", &url, "--for", "2s"]),
+        (Some("2s"), vec!["watch", "configmaps", "--server", &url]),
+    ] {
+        let started = Instant::now();
+        let mut cmd = kinformer();
+        if let Some(t) = env {
+            cmd.env("KINFORMER__ENGINE__READ_TIMEOUT", t);
+        }
+        let child = cmd
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let out = wait_output(child, Duration::from_secs(30));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("did not answer within"),
+            "{args:?}: {stderr}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(20), "{args:?}");
+    }
+}
+
+/// SIGTERM (how Kubernetes and systemd stop a process) stops `run` as
+/// gracefully as Ctrl-C: a summary and exit 0.
+#[test]
+fn sigterm_stops_run_gracefully() {
+    let mut child = kinformer()
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["run", "--embedded", "--seed", "100"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn kinformer");
+    let rx = lines(&mut child);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let line = rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("a status line before the deadline");
+        if line.contains("synced") {
+            break;
+        }
+    }
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let out = wait_output(child, Duration::from_secs(20));
+    // The reader thread ends at EOF, so this collects every remaining line.
+    let rest: Vec<String> = rx.iter().collect();
+    assert!(
+        out.status.success(),
+        "{:?} {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        rest.iter().any(|l| l.contains("stopping (terminated)")),
+        "{rest:?}"
+    );
+    assert!(rest.iter().any(|l| l.starts_with("summary:")), "{rest:?}");
 }

@@ -2,8 +2,10 @@
 //! message naming the key and where its value came from; the environment
 //! overrides the file and flags override the environment.
 
+mod common;
+
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
@@ -37,16 +39,7 @@ impl Drop for ConfigFile {
 }
 
 fn kinformer(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kinformer"));
-    cmd.current_dir(std::env::temp_dir())
-        .env_remove("KINFORMER_CONFIG")
-        .env("KUBECONFIG", "/nonexistent/kubeconfig")
-        .env("RUST_LOG", "warn");
-    for (k, _) in std::env::vars() {
-        if k.starts_with("KINFORMER__") {
-            cmd.env_remove(k);
-        }
-    }
+    let mut cmd = common::kinformer_command();
     cmd.args(args).envs(env.iter().copied());
     cmd.output().expect("run kinformer")
 }
@@ -236,10 +229,10 @@ fn zero_capacity() {
 
 #[test]
 fn embedded_and_a_context_contradict() {
-    let f = ConfigFile::new("embedded", "[cluster]\nembedded = true\n");
+    let f = ConfigFile::new("embedded", "");
     expect_error(
         &f,
-        &["--context", "prod"],
+        &["--embedded", "--context", "prod"],
         &[],
         "cluster.context",
         "the command line",
@@ -249,6 +242,29 @@ fn embedded_and_a_context_contradict() {
         "[cluster]\nembedded = true\ncontext = \"prod\"\n",
     );
     expect_error(&f, &[], &[], "cluster.context", f.arg());
+}
+
+/// A flag's way to reach the cluster replaces the file's (the documented
+/// layering), instead of contradicting it.
+#[test]
+fn a_flag_chooses_the_cluster_over_the_file() {
+    let f = ConfigFile::new(
+        "cluster-choice",
+        "[cluster]\ncontext = \"prod\"\nkubeconfig = \"/k\"\n",
+    );
+    let out = kinformer(&["--config", f.arg(), "config", "--embedded"], &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let effective: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cluster = &effective["cluster"];
+    assert_eq!(cluster["embedded"], true, "{cluster}");
+    assert!(
+        cluster["context"].is_null() && cluster["kubeconfig"].is_null(),
+        "{cluster}"
+    );
 }
 
 #[test]

@@ -2,6 +2,8 @@
 //! workload, `/healthz` and `/readyz` answer, and Ctrl-C (SIGINT) stops the
 //! program gracefully with a summary.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -68,16 +70,7 @@ fn until<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T 
 
 #[test]
 fn metrics_move_with_the_workload_and_sigint_stops_gracefully() {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kinformer"));
-    cmd.current_dir(std::env::temp_dir())
-        .env_remove("KINFORMER_CONFIG")
-        .env("KUBECONFIG", "/nonexistent/kubeconfig")
-        .env("RUST_LOG", "warn");
-    for (k, _) in std::env::vars() {
-        if k.starts_with("KINFORMER__") {
-            cmd.env_remove(k);
-        }
-    }
+    let mut cmd = common::kinformer_command();
     let mut child = cmd
         .args([
             "run",
@@ -152,7 +145,7 @@ fn metrics_move_with_the_workload_and_sigint_stops_gracefully() {
     );
     for name in [
         "kinformer_watch_ends_total",
-        "kinformer_backoff_seconds_total",
+        "kinformer_backoff_milliseconds_total",
         "kinformer_reflector_panics_total",
         "kinformer_fifo_queued_keys",
         "kinformer_fifo_saturated",

@@ -93,7 +93,15 @@ pub async fn connect(
                     embedded: None,
                 });
             }
-            Err(e) => EmbeddedBecause::NoCluster(e.to_string()),
+            // A configuration that exists but does not load is an error: falling
+            // back to the embedded server would hide it behind a fake cluster.
+            Err(e) => match configured_elsewhere() {
+                Some(source) => {
+                    return Err(anyhow::Error::new(e)
+                        .context(format!("loading the cluster configuration from {source}")));
+                }
+                None => EmbeddedBecause::NoCluster(e.to_string()),
+            },
         }
     };
     let server = ApiServer::start_in_thread(ServerConfig::default())
@@ -134,4 +142,23 @@ pub async fn connect(
         banner,
         embedded: Some(Embedded { server, churn }),
     })
+}
+
+/// Where kube's conventions find a cluster configuration, if anywhere:
+/// `KUBECONFIG` (non-empty), `~/.kube/config`, or the in-cluster environment.
+fn configured_elsewhere() -> Option<String> {
+    if let Some(value) = std::env::var_os("KUBECONFIG")
+        && std::env::split_paths(&value).any(|p| !p.as_os_str().is_empty())
+    {
+        return Some(format!("KUBECONFIG={}", value.to_string_lossy()));
+    }
+    let home = std::env::var_os("HOME").or_else(|| std::env::var_os("USERPROFILE"));
+    if let Some(home) = home {
+        let default = std::path::Path::new(&home).join(".kube").join("config");
+        if default.exists() {
+            return Some(default.display().to_string());
+        }
+    }
+    std::env::var_os("KUBERNETES_SERVICE_HOST")
+        .map(|_| "the in-cluster environment (KUBERNETES_SERVICE_HOST)".to_owned())
 }

@@ -520,13 +520,58 @@ pub fn load(
             message,
         }
     })?;
-    let loaded = Loaded {
+    let mut loaded = Loaded {
         settings,
         file: present.then_some(path),
         layered,
     };
+    settle_cluster_choice(&mut loaded);
     validate(&loaded)?;
     Ok(loaded)
+}
+
+/// The way to reach the cluster is chosen by the highest layer that names
+/// one (flags over the environment over the file): `--embedded` wins over a
+/// file's `context`, and a lower layer's keys for another way are dropped.
+/// `kubeconfig` and `context` are one way, so a flag's `--context` picks a
+/// context of the file's kubeconfig. Two ways in one layer stay an error.
+fn settle_cluster_choice(l: &mut Loaded) {
+    let rank = |key: &str| {
+        let origin = l.origin(key);
+        match origin.as_str() {
+            DEFAULTS_ORIGIN => 0,
+            "the environment" => 2,
+            FLAGS_ORIGIN => 3,
+            _ => 1,
+        }
+    };
+    let c = &l.settings.cluster;
+    let layer_of = |keys: &[(&str, bool)]| {
+        keys.iter()
+            .filter(|(_, set)| *set)
+            .map(|(k, _)| rank(k))
+            .max()
+    };
+    let embedded = layer_of(&[("cluster.embedded", c.embedded)]);
+    let server = layer_of(&[("cluster.server", c.server.is_some())]);
+    let kubeconfig = layer_of(&[
+        ("cluster.kubeconfig", c.kubeconfig.is_some()),
+        ("cluster.context", c.context.is_some()),
+    ]);
+    let Some(top) = [embedded, server, kubeconfig].into_iter().flatten().max() else {
+        return;
+    };
+    let c = &mut l.settings.cluster;
+    if embedded.is_some_and(|r| r < top) {
+        c.embedded = false;
+    }
+    if server.is_some_and(|r| r < top) {
+        c.server = None;
+    }
+    if kubeconfig.is_some_and(|r| r < top) {
+        c.kubeconfig = None;
+        c.context = None;
+    }
 }
 
 /// The message of a `config` error without its own key/origin decorations.
@@ -623,19 +668,42 @@ fn validate(l: &Loaded) -> Result<(), ConfigError> {
             "contradicts cluster.kubeconfig / cluster.context: choose one way to reach the cluster",
         ));
     }
+    if let Some(url) = &c.server {
+        let uri = url.parse::<http::Uri>().ok();
+        let usable = uri.as_ref().is_some_and(|u| {
+            matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some()
+        });
+        if !usable {
+            return Err(l.error(
+                "cluster.server",
+                format!("{url:?} is not an http:// or https:// URL with a host"),
+            ));
+        }
+    }
     if let Some(addr) = &s.observability.metrics_addr
         && addr.parse::<std::net::SocketAddr>().is_err()
     {
         return Err(l.error(
             "observability.metrics_addr",
-            format!("{addr:?} is not a host:port address"),
+            format!("{addr:?} is not an IP:port address (e.g. 127.0.0.1:9898, [::]:9898)"),
         ));
     }
     if s.observability.status_interval < Duration::from_millis(100) {
         return Err(l.error("observability.status_interval", "must be at least 100ms"));
     }
-    if s.embedded.churn_per_sec < 0.0 {
-        return Err(l.error("embedded.churn_per_sec", "must not be negative"));
+    if !(s.embedded.churn_per_sec.is_finite() && s.embedded.churn_per_sec >= 0.0) {
+        return Err(l.error(
+            "embedded.churn_per_sec",
+            "must be a number of writes per second, 0 or more",
+        ));
+    }
+    for (key, ns) in [
+        ("embedded.seed_namespace", &s.embedded.seed_namespace),
+        ("embedded.churn_namespace", &s.embedded.churn_namespace),
+    ] {
+        if ns.trim().is_empty() {
+            return Err(l.error(key, "must not be empty"));
+        }
     }
     let mut names = BTreeSet::new();
     for (i, inf) in s.informers.iter().enumerate() {
@@ -657,6 +725,12 @@ fn validate(l: &Loaded) -> Result<(), ConfigError> {
                 return Err(l.error(&at("resource"), "must not be empty"));
             }
             _ => {}
+        }
+        if inf.name.as_deref().is_some_and(|n| n.trim().is_empty()) {
+            return Err(l.error(
+                &at("name"),
+                "must not be empty (leave it out to use the resource)",
+            ));
         }
         let name = inf.display_name();
         if !names.insert(name.clone()) {
@@ -698,16 +772,18 @@ fn validate(l: &Loaded) -> Result<(), ConfigError> {
 }
 
 fn check_resync(l: &Loaded, key: &str, period: Duration) -> Result<(), ConfigError> {
-    if !period.is_zero() && period < Duration::from_secs(1) {
-        return Err(l.error(
-            key,
-            format!(
-                "{} is below the 1s minimum (use 0s for never)",
-                humantime::format_duration(period)
-            ),
-        ));
-    }
-    Ok(())
+    resync_problem(period).map_or(Ok(()), |m| Err(l.error(key, m)))
+}
+
+/// What is wrong with a resync period, if anything: under the library's 1 s
+/// minimum, which it would quietly raise (0 means never).
+pub fn resync_problem(period: Duration) -> Option<String> {
+    (!period.is_zero() && period < Duration::from_secs(1)).then(|| {
+        format!(
+            "{} is below the 1s minimum (use 0s for never)",
+            humantime::format_duration(period)
+        )
+    })
 }
 
 #[cfg(test)]
@@ -861,6 +937,72 @@ mod tests {
         .err()
         .unwrap();
         assert_eq!(e.key, "informers[0].subscribers[0].resync");
+    }
+
+    /// A higher layer's way to reach the cluster replaces a lower one's; two
+    /// ways in one layer contradict; kubeconfig and context combine across layers.
+    #[test]
+    fn the_highest_layer_chooses_the_cluster() {
+        let f = file("[cluster]\ncontext = \"prod\"\nkubeconfig = \"/k\"\n");
+        let mut flags = FlagOverrides::default();
+        flags.set("cluster.embedded", Some("true"));
+        let l = load(Some(&f.0), Vec::new(), flags).unwrap();
+        let c = &l.settings.cluster;
+        assert!(c.embedded && c.context.is_none() && c.kubeconfig.is_none());
+
+        let env = [("KINFORMER__CLUSTER__SERVER", "http://127.0.0.1:8001")];
+        let l = load_text("[cluster]\nembedded = true\n", &env).unwrap();
+        let c = &l.settings.cluster;
+        assert!(!c.embedded && c.server.as_deref() == Some("http://127.0.0.1:8001"));
+
+        let mut flags = FlagOverrides::default();
+        flags.set("cluster.context", Some("dev"));
+        let l = load(Some(&f.0), Vec::new(), flags).unwrap();
+        let c = &l.settings.cluster;
+        assert_eq!(
+            (c.kubeconfig.as_deref(), c.context.as_deref()),
+            (Some(Path::new("/k")), Some("dev"))
+        );
+
+        let mut flags = FlagOverrides::default();
+        flags.set("cluster.embedded", Some("true"));
+        flags.set("cluster.context", Some("dev"));
+        let e = load(None, Vec::new(), flags).err().unwrap();
+        assert_eq!(e.key, "cluster.context");
+    }
+
+    #[test]
+    fn server_urls_and_workload_values_are_checked() {
+        for bad in ["localhost:8001", "not a url", "ftp://h/", "http://"] {
+            let e = load_text(&format!("[cluster]\nserver = {bad:?}\n"), &[])
+                .err()
+                .unwrap_or_else(|| panic!("{bad} accepted"));
+            assert_eq!(e.key, "cluster.server", "{bad}");
+        }
+        assert!(load_text("[cluster]\nserver = \"https://h:6443\"\n", &[]).is_ok());
+        for (text, key) in [
+            (
+                "[embedded]\nchurn_per_sec = nan\n",
+                "embedded.churn_per_sec",
+            ),
+            (
+                "[embedded]\nchurn_per_sec = inf\n",
+                "embedded.churn_per_sec",
+            ),
+            (
+                "[embedded]\nseed_namespace = \"\"\n",
+                "embedded.seed_namespace",
+            ),
+            (
+                "[[informers]]\nresource = \"pods\"\nname = \"\"\n",
+                "informers[0].name",
+            ),
+        ] {
+            let e = load_text(text, &[])
+                .err()
+                .unwrap_or_else(|| panic!("{text} accepted"));
+            assert_eq!(e.key, key, "{text}");
+        }
     }
 
     #[test]

@@ -210,8 +210,8 @@ impl Registry {
                 counter!("kinformer_watch_ends_total", "informer" => inf.clone(), "reason" => reason)
                     .absolute(v);
             }
-            counter!("kinformer_backoff_seconds_total", "informer" => inf.clone())
-                .absolute(s.backoff_ms / 1000);
+            counter!("kinformer_backoff_milliseconds_total", "informer" => inf.clone())
+                .absolute(s.backoff_ms);
             c("kinformer_watch_restarts_total", s.watch_restarts);
             c("kinformer_failures_total", s.failures);
             c("kinformer_subscribers_lost_total", s.subscribers_lost);
@@ -309,8 +309,8 @@ fn describe() {
         "Watches that ended or failed to open, by reason (closed, expired, throttled, refused, malformed, other)."
     );
     describe_counter!(
-        "kinformer_backoff_seconds_total",
-        "Seconds the Reflector spent waiting in backoff."
+        "kinformer_backoff_milliseconds_total",
+        "Milliseconds the Reflector spent waiting in backoff."
     );
     describe_gauge!(
         "kinformer_fifo_queued_keys",

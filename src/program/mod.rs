@@ -13,7 +13,10 @@ pub mod run;
 pub mod status;
 pub mod watch;
 
+use std::time::Duration;
+
 use cli::{Cli, Command, RunArgs};
+use tokio::time::Instant;
 
 /// Loads the configuration for the chosen command, sets up logging, runs it.
 pub async fn main(cli: Cli) -> anyhow::Result<()> {
@@ -27,11 +30,16 @@ pub async fn main(cli: Cli) -> anyhow::Result<()> {
             flags
         }
     };
-    let loaded = config::load(cli.config.as_deref(), std::env::vars(), flags)?;
-    logging::init(
-        cli.log_format
-            .unwrap_or(loaded.settings.observability.log_format),
+    let mut flags = flags;
+    flags.set(
+        "observability.log_format",
+        cli.log_format.map(|f| match f {
+            config::LogFormat::Text => "text",
+            config::LogFormat::Json => "json",
+        }),
     );
+    let loaded = config::load(cli.config.as_deref(), std::env::vars(), flags)?;
+    logging::init(loaded.settings.observability.log_format);
     if let Some(file) = &loaded.file {
         tracing::info!(file = %file.display(), "configuration loaded");
     }
@@ -42,5 +50,62 @@ pub async fn main(cli: Cli) -> anyhow::Result<()> {
             println!("{}", serde_json::to_string_pretty(&loaded.settings)?);
             Ok(())
         }
+    }
+}
+
+/// When a `--for` that starts now ends: `None` for never, also when it is
+/// too far away to represent.
+pub fn deadline_after(run_for: Option<Duration>) -> Option<Instant> {
+    run_for.and_then(|d| Instant::now().checked_add(d))
+}
+
+/// Waits until `deadline`; forever when `None`.
+pub async fn until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Resolves when the program is asked to stop, with what asked: Ctrl-C
+/// (SIGINT), or SIGTERM (how Kubernetes, systemd and `kill` stop a process).
+pub async fn stop_requested() -> &'static str {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            return tokio::select! {
+                _ = tokio::signal::ctrl_c() => "interrupted",
+                _ = term.recv() => "terminated",
+            };
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+    "interrupted"
+}
+
+/// `work`, failed once `read_timeout` (`ZERO`: no limit) or the `deadline`
+/// passes first: kube-client sets no read timeout of its own, so a server
+/// that accepts connections and never answers would hang the program.
+pub async fn within<T>(
+    what: &str,
+    read_timeout: Duration,
+    deadline: Option<Instant>,
+    work: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    let started = Instant::now();
+    let limit = (!read_timeout.is_zero())
+        .then(|| started.checked_add(read_timeout))
+        .flatten();
+    let end = match (limit, deadline) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    tokio::select! {
+        result = work => result,
+        _ = until(end) => Err(anyhow::anyhow!(
+            "{what}: the API server did not answer within {} (engine.read_timeout, or --for)",
+            humantime::format_duration(Duration::from_millis(started.elapsed().as_millis() as u64)),
+        )),
     }
 }

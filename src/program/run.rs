@@ -1,6 +1,6 @@
 //! `kinformer run`: resolve every configured informer, start them all with
-//! their subscribers, show progress and live status, stop on Ctrl-C or
-//! `--for`, print a summary.
+//! their subscribers, show progress and live status, stop on Ctrl-C,
+//! SIGTERM or `--for`, print a summary.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,7 +16,7 @@ use super::metrics::{self, InformerView, Notifications, Registry, SubscriberView
 use super::resource::{Resolved, ResourceSpec, resolve_all};
 use super::status::{self, Display};
 
-/// Runs until Ctrl-C or `--for`.
+/// Runs until Ctrl-C, SIGTERM or `--for`.
 pub async fn run(loaded: Loaded, args: RunArgs) -> anyhow::Result<()> {
     let settings = &loaded.settings;
     if settings.informers.is_empty() {
@@ -27,6 +27,8 @@ pub async fn run(loaded: Loaded, args: RunArgs) -> anyhow::Result<()> {
             )
             .into());
     }
+    // `--for` counts from the start, setup included.
+    let deadline = super::deadline_after(args.run_for);
     let cluster = cluster::connect(&settings.cluster, &settings.embedded).await?;
     status::say(&cluster.banner);
     let client = kube::Client::try_from(cluster.config.clone()).context("building the client")?;
@@ -42,9 +44,17 @@ pub async fn run(loaded: Loaded, args: RunArgs) -> anyhow::Result<()> {
             version: inf.version.clone(),
         })
         .collect();
-    let found = resolve_all(&client, &specs)
-        .await
-        .context("reading the server's discovery documents")?;
+    let found = super::within(
+        "reading the server's discovery documents",
+        settings.engine.read_timeout,
+        deadline,
+        async {
+            resolve_all(&client, &specs)
+                .await
+                .context("reading the server's discovery documents")
+        },
+    )
+    .await?;
     let mut resolved: Vec<Resolved> = Vec::new();
     for (i, (inf, r)) in settings.informers.iter().zip(found).enumerate() {
         let key = if inf.resource.is_some() {
@@ -140,7 +150,6 @@ pub async fn run(loaded: Loaded, args: RunArgs) -> anyhow::Result<()> {
     };
 
     let mut display = Display::new(&registry);
-    let deadline = args.run_for.map(|d| tokio::time::Instant::now() + d);
     let interval = if display.is_terminal() {
         settings
             .observability
@@ -151,15 +160,9 @@ pub async fn run(loaded: Loaded, args: RunArgs) -> anyhow::Result<()> {
     };
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let ctrl_c = tokio::signal::ctrl_c();
-    tokio::pin!(ctrl_c);
+    let stop = super::stop_requested();
+    tokio::pin!(stop);
     let stop_reason = loop {
-        let until_deadline = async {
-            match deadline {
-                Some(d) => tokio::time::sleep_until(d).await,
-                None => std::future::pending().await,
-            }
-        };
         tokio::select! {
             _ = tick.tick() => {
                 registry.sample();
@@ -167,8 +170,8 @@ pub async fn run(loaded: Loaded, args: RunArgs) -> anyhow::Result<()> {
                     break "stdout closed";
                 }
             }
-            _ = &mut ctrl_c => break "interrupted",
-            _ = until_deadline => break "time is up",
+            why = &mut stop => break why,
+            _ = super::until(deadline) => break "time is up",
         }
     };
     display.finish();

@@ -27,6 +27,7 @@ struct Printer {
     output: Output,
     full: bool,
     closed: Arc<Notify>,
+    stdout_closed: bool,
 }
 
 impl Actor for Printer {
@@ -80,7 +81,10 @@ fn to_text(event: &Event<DynamicObject>) -> String {
 impl Handler<Event<DynamicObject>> for Printer {
     type Result = ();
 
-    fn handle(&mut self, event: Event<DynamicObject>, ctx: &mut Context<Self>) {
+    fn handle(&mut self, event: Event<DynamicObject>, _: &mut Context<Self>) {
+        if self.stdout_closed {
+            return;
+        }
         let line = match self.output {
             Output::Json => to_json(&event, self.full).to_string(),
             Output::Text if self.full => format!(
@@ -95,9 +99,10 @@ impl Handler<Event<DynamicObject>> for Printer {
         };
         let mut out = std::io::stdout().lock();
         if writeln!(out, "{line}").and_then(|_| out.flush()).is_err() {
-            // stdout closed (e.g. `| head`): stop quietly.
+            // stdout closed (e.g. `| head`): the main task unsubscribes and
+            // stops; stopping this actor here would log "subscriber is gone".
+            self.stdout_closed = true;
             self.closed.notify_one();
-            ctx.stop();
         }
     }
 }
@@ -105,13 +110,24 @@ impl Handler<Event<DynamicObject>> for Printer {
 /// Watches until Ctrl-C, `--for`, or stdout closes.
 pub async fn watch(loaded: Loaded, args: WatchArgs) -> anyhow::Result<()> {
     let settings = &loaded.settings;
-    // A small workload: every notification of the embedded server is printed.
+    if let Some(message) = args.resync.and_then(super::config::resync_problem) {
+        return Err(super::config::ConfigError {
+            key: "--resync".into(),
+            origin: super::config::FLAGS_ORIGIN.into(),
+            message,
+        }
+        .into());
+    }
+    // A small workload, in the namespace `watch` looks at by default, so
+    // that `kinformer watch configmaps` shows changes as they happen.
     let embedded = EmbeddedSettings {
         seed: 10,
         churn_per_sec: 1.0,
         churn_objects: 10,
+        churn_namespace: "default".into(),
         ..EmbeddedSettings::default()
     };
+    let deadline = super::deadline_after(args.run_for);
     let cluster = cluster::connect(&settings.cluster, &embedded).await?;
     eprintln!("{}", cluster.banner);
     let default_namespace = cluster.config.default_namespace.clone();
@@ -120,12 +136,20 @@ pub async fn watch(loaded: Loaded, args: WatchArgs) -> anyhow::Result<()> {
         resource: Some(args.resource.clone()),
         ..ResourceSpec::default()
     };
-    let resource = resolve_all(&client, std::slice::from_ref(&spec))
-        .await
-        .context("reading the server's discovery documents")?
-        .pop()
-        .unwrap_or_else(|| Err("not resolved".into()))
-        .map_err(|m| anyhow::anyhow!("RESOURCE {:?}: {m}", args.resource))?;
+    let resource = super::within(
+        "reading the server's discovery documents",
+        settings.engine.read_timeout,
+        deadline,
+        async {
+            resolve_all(&client, std::slice::from_ref(&spec))
+                .await
+                .context("reading the server's discovery documents")
+        },
+    )
+    .await?
+    .pop()
+    .unwrap_or_else(|| Err("not resolved".into()))
+    .map_err(|m| anyhow::anyhow!("RESOURCE {:?}: {m}", args.resource))?;
     let namespace = match (&args.namespace, args.all_namespaces) {
         (_, true) => None,
         (Some(ns), false) => Some(ns.clone()),
@@ -146,6 +170,7 @@ pub async fn watch(loaded: Loaded, args: WatchArgs) -> anyhow::Result<()> {
         output: args.output,
         full: args.full,
         closed: closed.clone(),
+        stdout_closed: false,
     }
     .start();
     let mut options = SubscribeOptions::default()
@@ -168,15 +193,9 @@ pub async fn watch(loaded: Loaded, args: WatchArgs) -> anyhow::Result<()> {
             )),
         humantime::format_duration(subscription.resync_period()),
     );
-    let deadline = async {
-        match args.run_for {
-            Some(d) => tokio::time::sleep(d).await,
-            None => std::future::pending().await,
-        }
-    };
     tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = deadline => {}
+        _ = super::stop_requested() => {}
+        _ = super::until(deadline) => {}
         _ = closed.notified() => {}
     }
     informer.stop().await;

@@ -12,6 +12,28 @@ use kinformer::{Cause, Event, EventBatch, Informer};
 use kinformer_apiserver::{ApiServer, ServerConfig, ServerHandle};
 use tokio::sync::watch;
 
+/// The `kinformer` binary, isolated from the developer's environment: no
+/// config file, no `KINFORMER__` overrides, and no cluster configuration
+/// (no `KUBECONFIG`, a `HOME` without `.kube/config`, not in a cluster), so
+/// it falls back to the embedded server unless told otherwise.
+pub fn kinformer_command() -> std::process::Command {
+    let home = std::env::temp_dir().join("kinformer-tests-home");
+    let _ = std::fs::create_dir_all(&home);
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_kinformer"));
+    cmd.current_dir(std::env::temp_dir())
+        .env_remove("KINFORMER_CONFIG")
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env("HOME", home)
+        .env("RUST_LOG", "warn");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("KINFORMER__") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd
+}
+
 /// An embedded server on its own runtime thread, with fast bookmarks.
 pub fn server(history_limit: usize) -> ServerHandle {
     let config = ServerConfig {
