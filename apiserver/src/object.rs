@@ -74,14 +74,29 @@ impl ObjectRecord {
         })
     }
 
-    /// Parse the stored JSON back into a value.
+    /// Parse the stored JSON back into a value; an error (never a `null`
+    /// object) if it does not read back.
+    pub fn parsed(&self) -> Result<Value, ApiError> {
+        serde_json::from_slice(&self.json).map_err(|e| {
+            ApiError::internal(format!(
+                "stored object {} does not read back: {e}",
+                self.key.name
+            ))
+        })
+    }
+
+    /// [`parsed`](Self::parsed), for reads that have no error to report
+    /// (what is stored was checked to read back when it was written).
     pub fn to_value(&self) -> Value {
-        serde_json::from_slice(&self.json).unwrap_or(Value::Null)
+        self.parsed().unwrap_or_else(|e| {
+            tracing::error!(message = %e.message, "stored object does not read back");
+            Value::Null
+        })
     }
 
     /// A copy of this object stamped with another resourceVersion (used for DELETED events).
     pub fn restamped(&self, rv: u64) -> Result<Self, ApiError> {
-        let mut v = self.to_value();
+        let mut v = self.parsed()?;
         set_resource_version(&mut v, rv);
         Self::from_value(self.key.clone(), &v)
     }

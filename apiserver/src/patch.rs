@@ -60,8 +60,116 @@ fn strip_directives(v: &mut Value) {
     }
 }
 
-/// Apply a patch body to `doc`.
-pub fn apply(kind: PatchKind, mut doc: Value, body: &[u8]) -> Result<Value, ApiError> {
+/// Most operations in one JSON patch (the real server's limit).
+pub const MAX_JSON_PATCH_OPS: usize = 10_000;
+
+/// Deepest nesting of a patched object: it must read back with serde_json's
+/// 128-level recursion limit (and never overflow a stack on the way).
+pub const MAX_DEPTH: usize = 100;
+
+/// Nesting depth of `v` (a scalar is 0), without recursion.
+fn depth(v: &Value) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(v, 0usize)];
+    while let Some((v, d)) = stack.pop() {
+        deepest = deepest.max(d);
+        match v {
+            Value::Object(m) => stack.extend(m.values().map(|c| (c, d + 1))),
+            Value::Array(a) => stack.extend(a.iter().map(|c| (c, d + 1))),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+fn too_large(what: String) -> ApiError {
+    ApiError::new(Reason::RequestEntityTooLarge, what)
+}
+
+/// Applies a JSON patch one operation at a time, so that no request can grow
+/// the object without bound while the store is locked (CVE-2019-1002100:
+/// each `copy` of the whole document doubles it). Limits: 10 000 operations,
+/// `limit` bytes copied in all, and [`MAX_DEPTH`] levels of nesting.
+fn apply_json_patch(
+    doc: &mut Value,
+    patch: json_patch::Patch,
+    limit: usize,
+) -> Result<(), ApiError> {
+    use json_patch::PatchOperation;
+    if patch.0.len() > MAX_JSON_PATCH_OPS {
+        return Err(ApiError::new(
+            Reason::Invalid,
+            format!(
+                "The allowed maximum operations in a JSON patch is {MAX_JSON_PATCH_OPS}, got {}",
+                patch.0.len()
+            ),
+        ));
+    }
+    let mut copied = 0usize;
+    let mut deepest = depth(doc);
+    for op in patch.0 {
+        // Depth of what this operation puts where: a bound, checked before it runs.
+        let inserted = match &op {
+            PatchOperation::Add(a) => Some(depth(&a.value)),
+            PatchOperation::Replace(r) => Some(depth(&r.value)),
+            PatchOperation::Copy(c) => {
+                let source = doc.pointer(c.from.as_str());
+                copied += source.map_or(0, |v| serde_json::to_vec(v).map_or(0, |b| b.len()));
+                if copied > limit {
+                    return Err(too_large(format!(
+                        "the accumulated size of copied values in the JSON patch exceeds {limit} bytes"
+                    )));
+                }
+                source.map(depth)
+            }
+            PatchOperation::Move(m) => doc.pointer(m.from.as_str()).map(depth),
+            _ => None,
+        };
+        if let Some(d) = inserted {
+            let at = op.path().as_str().split('/').count();
+            deepest = deepest.max(at + d);
+            if deepest > MAX_DEPTH {
+                return Err(ApiError::new(
+                    Reason::Invalid,
+                    format!("the patched object would be nested deeper than {MAX_DEPTH} levels"),
+                ));
+            }
+        }
+        json_patch::patch(doc, std::slice::from_ref(&op)).map_err(|e| {
+            ApiError::new(
+                Reason::Invalid,
+                format!("the server rejected our request due to an error in our request: {e}"),
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// Apply a patch body to `doc`; the result is at most `limit` bytes and
+/// [`MAX_DEPTH`] levels deep.
+pub fn apply(kind: PatchKind, doc: Value, body: &[u8], limit: usize) -> Result<Value, ApiError> {
+    let patched = apply_unchecked(kind, doc, body, limit)?;
+    if depth(&patched) > MAX_DEPTH {
+        return Err(ApiError::new(
+            Reason::Invalid,
+            format!("the patched object would be nested deeper than {MAX_DEPTH} levels"),
+        ));
+    }
+    let size = serde_json::to_vec(&patched).map_or(usize::MAX, |b| b.len());
+    if size > limit {
+        return Err(too_large(format!(
+            "the patched object would be {size} bytes, more than the {limit} allowed"
+        )));
+    }
+    Ok(patched)
+}
+
+fn apply_unchecked(
+    kind: PatchKind,
+    mut doc: Value,
+    body: &[u8],
+    limit: usize,
+) -> Result<Value, ApiError> {
     match kind {
         PatchKind::Merge | PatchKind::StrategicMerge | PatchKind::Apply => {
             let mut patch: Value = serde_json::from_slice(body)
@@ -80,12 +188,7 @@ pub fn apply(kind: PatchKind, mut doc: Value, body: &[u8]) -> Result<Value, ApiE
         PatchKind::Json => {
             let patch: json_patch::Patch = serde_json::from_slice(body)
                 .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
-            json_patch::patch(&mut doc, &patch).map_err(|e| {
-                ApiError::new(
-                    Reason::Invalid,
-                    format!("the server rejected our request due to an error in our request: {e}"),
-                )
-            })?;
+            apply_json_patch(&mut doc, patch, limit)?;
             Ok(doc)
         }
     }
@@ -95,6 +198,71 @@ pub fn apply(kind: PatchKind, mut doc: Value, body: &[u8]) -> Result<Value, ApiE
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn apply(kind: PatchKind, doc: Value, body: &[u8]) -> Result<Value, ApiError> {
+        super::apply(kind, doc, body, 1 << 20)
+    }
+
+    /// CVE-2019-1002100: `copy` of the whole document, 40 times, would need
+    /// 2^40 times its size; too many operations, a result past the size
+    /// limit, and one nested past what reads back are refused too.
+    #[test]
+    fn a_json_patch_cannot_grow_an_object_without_bound() {
+        let doc = json!({"metadata": {"name": "a"}, "data": {"k": "v"}});
+        let doubling: Vec<Value> = (0..40)
+            .map(|i| json!({"op": "copy", "from": "", "path": format!("/a{i}")}))
+            .collect();
+        let err = apply(
+            PatchKind::Json,
+            doc.clone(),
+            &serde_json::to_vec(&doubling).unwrap(),
+        )
+        .unwrap_err();
+        assert_eq!(err.code, 413, "{err:?}");
+
+        let many: Vec<Value> = (0..=MAX_JSON_PATCH_OPS)
+            .map(|_| json!({"op": "test", "path": "/data/k", "value": "v"}))
+            .collect();
+        let err = apply(
+            PatchKind::Json,
+            doc.clone(),
+            &serde_json::to_vec(&many).unwrap(),
+        )
+        .unwrap_err();
+        assert_eq!(err.code, 422, "{err:?}");
+
+        let big = json!({"data": {"x": "y".repeat(2 << 20)}});
+        let err = apply(
+            PatchKind::Merge,
+            doc.clone(),
+            &serde_json::to_vec(&big).unwrap(),
+        )
+        .unwrap_err();
+        assert_eq!(err.code, 413, "{err:?}");
+
+        // Two adds of 60 levels, the second inside the first.
+        let mut nested = json!("leaf");
+        for _ in 0..60 {
+            nested = json!({ "a": nested });
+        }
+        let inner_path = format!("/deep{}", "/a".repeat(59));
+        let deep = json!([
+            {"op": "add", "path": "/deep", "value": nested.clone()},
+            {"op": "add", "path": inner_path, "value": nested},
+        ]);
+        let err = apply(
+            PatchKind::Json,
+            doc.clone(),
+            &serde_json::to_vec(&deep).unwrap(),
+        )
+        .unwrap_err();
+        assert_eq!(err.code, 422, "{err:?}");
+
+        // A modest patch still applies.
+        let ok = json!([{"op": "copy", "from": "/data", "path": "/copy"}]);
+        let out = apply(PatchKind::Json, doc, &serde_json::to_vec(&ok).unwrap()).unwrap();
+        assert_eq!(out["copy"]["k"], "v");
+    }
 
     #[test]
     fn merge_strategic_and_json_patch() {

@@ -294,6 +294,10 @@ impl Query {
         }
         match (self.rv, self.rv_match) {
             (RvParam::At(n), Some(RvMatch::Exact)) => ListAt::Exact(n),
+            // A paginated list at N without a match reads exactly N (the
+            // legacy rule; 410 once N is compacted), as client-go's sticky
+            // paginated relists expect.
+            (RvParam::At(n), None) if n > 0 && self.limit.is_some() => ListAt::Exact(n),
             (RvParam::At(n), _) => ListAt::Current { not_older_than: n },
             _ => ListAt::Current { not_older_than: 0 },
         }

@@ -331,10 +331,9 @@ async fn api_inner(state: &Arc<AppState>, req: Request) -> Result<Response, ApiE
             }
             let body = read_body(state, req).await?;
             let k = key(&rt, ns, &name);
-            match state
-                .store
-                .modify(res, &k, query.dry_run, |doc| patch::apply(kind, doc, &body))
-            {
+            match state.store.modify(res, &k, query.dry_run, |doc| {
+                patch::apply(kind, doc, &body, state.config.max_body_bytes)
+            }) {
                 Err(e) if e.reason == Reason::NotFound && kind == PatchKind::Apply => {
                     let mut obj: Value = serde_json::from_slice(&body).map_err(|e| {
                         ApiError::bad_request(format!(
@@ -360,6 +359,16 @@ async fn api_inner(state: &Arc<AppState>, req: Request) -> Result<Response, ApiE
             Ok(bytes_response(StatusCode::OK, rec.json.clone()))
         }
         (Verb::Delete, None) => {
+            // deletecollection exists only on a namespaced type's namespaced
+            // path: `DELETE /api/v1/configmaps` must not empty every namespace.
+            if rt.namespaced && ns.is_none() {
+                return Err(ApiError::new(
+                    Reason::MethodNotAllowed,
+                    format!(
+                        "the server does not allow this method on the requested resource ({method})"
+                    ),
+                ));
+            }
             let body = read_body(state, req).await?;
             let (_, dry) = delete_options(&body)?;
             let filter = ObjectFilter {
@@ -626,7 +635,11 @@ async fn watch(
             now.checked_add(timeout.min(Duration::from_secs(7 * 24 * 3600)))
                 .unwrap_or(now)
         },
-        bookmark_interval: state.config.bookmark_interval,
+        // A zero interval would wake the stream in a busy loop.
+        bookmark_interval: state
+            .config
+            .bookmark_interval
+            .max(Duration::from_millis(10)),
         table: table.then(|| rt.clone()),
     };
     let stream = WatchStream::new(state.store.clone(), spec, reg, state.faults.subscribe());

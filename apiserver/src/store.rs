@@ -357,7 +357,7 @@ impl Store {
         let Some(existing) = inner.objects.get(res).and_then(|m| m.get(key)).cloned() else {
             return Err(ApiError::not_found(&rt.group, &rt.plural, &key.name));
         };
-        let old = existing.to_value();
+        let old = existing.parsed()?;
         let mut new = f(old.clone())?;
         check_body(rt, &mut new)?;
         let ns_in_body = new

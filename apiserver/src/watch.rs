@@ -210,12 +210,22 @@ impl WatchStream {
         buf
     }
 
-    fn overflow_error(&self) -> Bytes {
-        let oldest = self.store.history_stats().1 + 1;
-        error_line(
-            &ApiError::too_old_resource_version(self.last_rv, oldest.max(self.last_rv + 1))
-                .to_status(),
-        )
+    /// How a watcher that fell too far behind ends: closed cleanly when the
+    /// history still holds what it missed (as the real cacher closes an
+    /// unresponsive watcher: the client re-watches from its last
+    /// resourceVersion, no relist), a 410 otherwise.
+    fn overflow_end(&self) -> Option<Bytes> {
+        let compacted = self.store.history_stats().1;
+        if self.last_rv >= compacted {
+            return None;
+        }
+        Some(error_line(
+            &ApiError::too_old_resource_version(
+                self.last_rv,
+                (compacted + 1).max(self.last_rv + 1),
+            )
+            .to_status(),
+        ))
     }
 
     async fn next_chunk(&mut self) -> Option<Bytes> {
@@ -257,21 +267,23 @@ impl WatchStream {
                 self.finished = true;
                 return None;
             }
+            // Read before draining the queue: a write queues its event before it
+            // publishes its resourceVersion, so every event up to `current` is
+            // delivered before a bookmark at `current` (a bookmark never
+            // overtakes an event).
+            let current = *self.rv_rx.borrow_and_update();
             let buf = self.fill_ready(&state);
             if !buf.is_empty() {
                 return Some(buf.freeze());
             }
-            if self.shared.overflowed.load(Ordering::SeqCst)
-                && self.rx.is_closed()
-                && self.rx.is_empty()
-            {
+            let overflowed = self.shared.overflowed.load(Ordering::SeqCst);
+            if overflowed && self.rx.is_closed() && self.rx.is_empty() {
                 self.finished = true;
-                return Some(self.overflow_error());
+                return self.overflow_end();
             }
-            // Nothing ready: time for a bookmark?
-            let bookmarks_on = self.spec.bookmarks && !state.suppress_bookmarks;
+            // Nothing ready: time for a bookmark? Not past dropped events.
+            let bookmarks_on = self.spec.bookmarks && !state.suppress_bookmarks && !overflowed;
             if bookmarks_on {
-                let current = *self.rv_rx.borrow_and_update();
                 if !self.pre_timeout_sent && now >= self.pre_timeout_at {
                     self.pre_timeout_sent = true;
                     let rv = current.max(self.last_rv);
@@ -312,7 +324,7 @@ impl WatchStream {
                     None => {
                         self.finished = true;
                         if self.shared.overflowed.load(Ordering::SeqCst) {
-                            return Some(self.overflow_error());
+                            return self.overflow_end();
                         }
                         return None;
                     }

@@ -4,6 +4,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use common::*;
 use kinformer_apiserver::{Failure, Verb};
 use serde_json::{Value, json};
@@ -353,6 +354,13 @@ async fn list_errors_and_pagination() {
     .json();
     assert_eq!(exact["items"].as_array().unwrap().len(), 7);
     assert_eq!(exact["metadata"]["resourceVersion"], old_rv.to_string());
+    // A paginated list at N without resourceVersionMatch reads exactly N too
+    // (the legacy rule client-go's paginated relists rely on).
+    let paged = get(&format!("{base}?resourceVersion={old_rv}&limit=100"))
+        .await
+        .json();
+    assert_eq!(paged["items"].as_array().unwrap().len(), 7);
+    assert_eq!(paged["metadata"]["resourceVersion"], old_rv.to_string());
 
     // after compaction: Exact and the old continue token get 410 Expired
     server.faults().compact();
@@ -369,6 +377,24 @@ async fn list_errors_and_pagination() {
         &get(&format!("{base}?limit=3&continue={token}")).await,
         410,
         "Expired",
+    );
+    assert_status(
+        &get(&format!("{base}?resourceVersion={old_rv}&limit=3")).await,
+        410,
+        "Expired",
+    );
+    // deletecollection has no all-namespaces form for a namespaced type.
+    let everywhere = format!("{}/api/v1/configmaps", server.url());
+    assert_status(
+        &request("DELETE", &everywhere, None, Bytes::new()).await,
+        405,
+        "MethodNotAllowed",
+    );
+    assert!(
+        !get(&base).await.json()["items"]
+            .as_array()
+            .unwrap()
+            .is_empty()
     );
     // NotOlderThan an old RV is fine
     assert_eq!(

@@ -452,42 +452,65 @@ async fn malformed_line_stall_and_suppressed_bookmarks() {
     assert_eq!(w.next_within(T).await.unwrap().kind(), "BOOKMARK");
 }
 
+/// A watcher whose buffer overflows is dropped without blocking writers.
+/// As the real cacher does with an unresponsive watcher, its stream then ends
+/// cleanly when the history still holds what it missed (the client
+/// re-watches from its last resourceVersion and misses nothing), and with an
+/// ERROR 410 only when that history is gone.
 #[tokio::test]
-async fn a_watcher_that_falls_behind_gets_410_and_never_blocks_writers() {
-    let config = ServerConfig {
-        watch_buffer: 8,
-        ..fast_config()
-    };
-    let server = start_with(config).await;
-    let rv = server.resource_version();
-    let mut slow =
-        WatchLines::open(&format!("{}?watch=1&resourceVersion={rv}", cms(&server))).await;
-    let mut fast =
-        WatchLines::open(&format!("{}?watch=1&resourceVersion={rv}", cms(&server))).await;
-    eventually(T, "two watchers", || server.watcher_count() == 2).await;
-    // stall every stream so nothing drains, then write far more than the buffer
-    server.faults().stall_watches(true);
-    let t0 = std::time::Instant::now();
-    for i in 0..50 {
-        server
-            .create("", "configmaps", Some("default"), cm(&format!("c{i}"), &[]))
-            .unwrap();
-    }
-    assert!(
-        t0.elapsed() < Duration::from_secs(2),
-        "writers were blocked"
-    );
-    eventually(T, "overflowed watchers dropped", || {
-        server.watcher_count() == 0
-    })
-    .await;
-    server.faults().stall_watches(false);
-    for w in [&mut slow, &mut fast] {
-        let lines = w.until_end(T).await;
-        let last = lines.last().unwrap().event();
-        assert_eq!(last["type"], "ERROR");
-        assert_eq!(last["object"]["code"], 410);
-        assert!(lines.len() <= 10, "buffered without bound: {}", lines.len());
+async fn a_watcher_that_falls_behind_is_closed_and_never_blocks_writers() {
+    for history_limit in [1_000, 5] {
+        let config = ServerConfig {
+            watch_buffer: 8,
+            history_limit,
+            ..fast_config()
+        };
+        let server = start_with(config).await;
+        let rv = server.resource_version();
+        let mut slow =
+            WatchLines::open(&format!("{}?watch=1&resourceVersion={rv}", cms(&server))).await;
+        let mut fast =
+            WatchLines::open(&format!("{}?watch=1&resourceVersion={rv}", cms(&server))).await;
+        eventually(T, "two watchers", || server.watcher_count() == 2).await;
+        // stall every stream so nothing drains, then write far more than the buffer
+        server.faults().stall_watches(true);
+        let t0 = std::time::Instant::now();
+        for i in 0..50 {
+            server
+                .create("", "configmaps", Some("default"), cm(&format!("c{i}"), &[]))
+                .unwrap();
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(2),
+            "writers were blocked"
+        );
+        eventually(T, "overflowed watchers dropped", || {
+            server.watcher_count() == 0
+        })
+        .await;
+        server.faults().stall_watches(false);
+        for w in [&mut slow, &mut fast] {
+            let lines = w.until_end(T).await;
+            assert!(lines.len() <= 10, "buffered without bound: {}", lines.len());
+            let errors: Vec<&Line> = lines.iter().filter(|l| l.kind() == "ERROR").collect();
+            if history_limit >= 50 {
+                assert!(errors.is_empty(), "{errors:?}");
+                // Every event up to the last one sent is there, in order, and a
+                // re-watch from it gets the rest.
+                let seen: Vec<u64> = lines.iter().map(Line::rv).collect();
+                assert!(seen.windows(2).all(|p| p[0] < p[1]), "{seen:?}");
+                let from = seen.last().copied().unwrap_or(rv);
+                let mut again =
+                    WatchLines::open(&format!("{}?watch=1&resourceVersion={from}", cms(&server)))
+                        .await;
+                let rest = again.events(50 - seen.len(), T).await;
+                assert_eq!(rest.last().unwrap().name(), "c49");
+            } else {
+                let last = lines.last().unwrap().event();
+                assert_eq!(last["type"], "ERROR");
+                assert_eq!(last["object"]["code"], 410);
+            }
+        }
     }
 }
 
