@@ -38,8 +38,8 @@ impl InformerFactory {
     }
 
     /// The shared informer for `api` with these selectors; `configure` runs
-    /// only when the informer is created. Must run inside an actix System or
-    /// a tokio `LocalSet`.
+    /// only when the informer is created (selectors it sets are replaced by
+    /// these). Must run inside an actix System or a tokio `LocalSet`.
     pub fn informer<K: Object>(
         &self,
         api: Api<K>,
@@ -64,14 +64,14 @@ impl InformerFactory {
         {
             return Ok(existing.clone());
         }
-        let mut builder = Informer::builder(api);
-        if let Some(l) = label_selector {
-            builder = builder.label_selector(l);
-        }
-        if let Some(f) = field_selector {
-            builder = builder.field_selector(f);
-        }
-        let informer = configure(builder).start()?;
+        // The key's selectors win over any `configure` set: the informer must
+        // watch what later requests for this key expect.
+        let informer = configure(Informer::builder(api))
+            .selectors(
+                label_selector.map(str::to_owned),
+                field_selector.map(str::to_owned),
+            )
+            .start()?;
         informers.insert(key, Box::new(informer.clone()));
         Ok(informer)
     }

@@ -65,6 +65,13 @@ impl<K> InformerBuilder<K>
 where
     K: Object,
 {
+    /// Both selectors at once, `None` for none (the factory's key).
+    pub(crate) fn selectors(mut self, label: Option<String>, field: Option<String>) -> Self {
+        self.label_selector = label;
+        self.field_selector = field;
+        self
+    }
+
     /// Only objects matching this label selector (`app=web,tier in (a,b)`).
     pub fn label_selector(mut self, selector: impl Into<String>) -> Self {
         self.label_selector = Some(selector.into());

@@ -436,6 +436,23 @@ async fn a_stopped_informer_refuses_subscribers_and_the_factory_replaces_it() {
         .unwrap();
 }
 
+/// The factory shares informers by their selectors, so selectors set in
+/// `configure` cannot make the informer watch something else than its key.
+#[actix::test]
+async fn the_factory_key_decides_the_selectors() {
+    let server = server(10_000);
+    server.seed_configmaps("default", 3).unwrap();
+    let factory = InformerFactory::new();
+    let api = kube::Api::<ConfigMap>::namespaced(client(&server), "default");
+    let informer = factory
+        .informer(api, None, None, |b| {
+            b.label_selector("app=nothing-has-this")
+        })
+        .unwrap();
+    informer.wait_for_sync(SYNC).await.unwrap();
+    assert_eq!(informer.store().snapshot().len(), 3);
+}
+
 #[actix::test]
 async fn a_subscription_keeps_its_informer_alive_across_relists() {
     let server = server(10_000);
