@@ -390,6 +390,30 @@ pub fn stamp_new(value: &mut Value, rv: u64) {
     }
 }
 
+/// The object has `metadata.finalizers`: a delete only marks it.
+pub fn has_finalizers(value: &Value) -> bool {
+    value
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|f| !f.is_empty())
+}
+
+/// The object was asked to be deleted and waits for its finalizers.
+pub fn deletion_requested(value: &Value) -> bool {
+    value
+        .pointer("/metadata/deletionTimestamp")
+        .is_some_and(|t| !t.is_null())
+}
+
+/// Marks an object with finalizers as being deleted, as the real server
+/// does instead of removing it: `deletionTimestamp` now, grace period 0.
+pub fn mark_for_deletion(value: &mut Value) {
+    if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.insert("deletionTimestamp".into(), Value::String(now_timestamp()));
+        meta.insert("deletionGracePeriodSeconds".into(), Value::from(0u64));
+    }
+}
+
 /// Everything but `metadata` and `status`: a change here bumps `generation`.
 fn spec_part(value: &Value) -> Map<String, Value> {
     value
@@ -416,7 +440,14 @@ pub fn carry_over_for_update(old: &Value, new: &mut Value) -> bool {
         old_meta,
         new.get_mut("metadata").and_then(Value::as_object_mut),
     ) {
-        for field in ["uid", "creationTimestamp", "resourceVersion"] {
+        // Server-owned; `deletionTimestamp` cannot be set or cleared by an update.
+        for field in [
+            "uid",
+            "creationTimestamp",
+            "resourceVersion",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+        ] {
             match old_meta.get(field) {
                 Some(v) => {
                     meta.insert(field.into(), v.clone());

@@ -13,8 +13,9 @@ use tokio::sync::mpsc::{self, error::TrySendError};
 
 use crate::history::{Event, EventKind, History, TooOld};
 use crate::object::{
-    ObjKey, ObjectRecord, body_name, carry_over_for_update, check_body, resolve_name_for_create,
-    resolve_namespace, resource_version_of, set_resource_version, stamp_new, validate_metadata,
+    self, ObjKey, ObjectRecord, body_name, carry_over_for_update, check_body,
+    resolve_name_for_create, resolve_namespace, resource_version_of, set_resource_version,
+    stamp_new, validate_metadata,
 };
 use crate::query::ContinueToken;
 use crate::resource::{Registry, ResourceType};
@@ -404,14 +405,14 @@ impl Store {
         let rv = inner.rv + 1;
         set_resource_version(&mut new, rv);
         let record = Arc::new(ObjectRecord::from_value(key.clone(), &new)?);
+        // A marked object whose last finalizer was just removed goes now.
+        let kind = if object::deletion_requested(&new) && !object::has_finalizers(&new) {
+            EventKind::Deleted
+        } else {
+            EventKind::Modified
+        };
         if !dry_run {
-            self.commit(
-                &mut inner,
-                res,
-                EventKind::Modified,
-                record.clone(),
-                Some(existing),
-            );
+            self.commit(&mut inner, res, kind, record.clone(), Some(existing));
         }
         Ok(record)
     }
@@ -452,6 +453,28 @@ impl Store {
             ));
         }
         let rv = inner.rv + 1;
+        // With finalizers, a delete only marks the object (MODIFIED); it goes
+        // once an update empties them (see `modify`).
+        let current = existing.parsed()?;
+        if object::has_finalizers(&current) {
+            if object::deletion_requested(&current) {
+                return Ok(existing);
+            }
+            let mut marked = current;
+            object::mark_for_deletion(&mut marked);
+            set_resource_version(&mut marked, rv);
+            let record = Arc::new(ObjectRecord::from_value(key.clone(), &marked)?);
+            if !dry_run {
+                self.commit(
+                    &mut inner,
+                    res,
+                    EventKind::Modified,
+                    record.clone(),
+                    Some(existing),
+                );
+            }
+            return Ok(record);
+        }
         let final_state = Arc::new(existing.restamped(rv)?);
         if !dry_run {
             self.commit(

@@ -1,5 +1,6 @@
 //! Starting and stopping: thread mode, shutdown ends watches and closes the listener,
-//! dropping the last handle stops the server; dry-run writes store nothing.
+//! dropping the last handle stops the server; dry-run writes store nothing;
+//! finalizers hold a delete.
 
 mod common;
 
@@ -7,7 +8,7 @@ use std::time::Duration;
 
 use common::*;
 use kinformer_apiserver::ApiServer;
-use serde_json::json;
+use serde_json::{Value, json};
 
 #[test]
 fn thread_mode_shutdown_ends_watches_and_closes_the_listener() {
@@ -77,4 +78,64 @@ async fn dry_run_validates_but_stores_nothing() {
     assert_eq!(server.resource_version(), rv);
     let bad = post_json(&format!("{base}?dryRun=All"), &json!({"metadata": {}})).await;
     assert_eq!(bad.status, 422);
+}
+
+/// An object with finalizers is only marked by a delete (MODIFIED with
+/// `deletionTimestamp`; a second delete changes nothing; updates cannot
+/// clear the mark); it goes (DELETED) when an update empties its finalizers.
+#[tokio::test]
+async fn finalizers_hold_a_delete_until_they_are_removed() {
+    let server = start().await;
+    let rv = server.resource_version();
+    let mut w = WatchLines::open(&format!(
+        "{}/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={rv}",
+        server.url()
+    ))
+    .await;
+    let mut held = cm("held", &[]);
+    held["metadata"]["finalizers"] = json!(["example.com/keep"]);
+    server
+        .create("", "configmaps", Some("default"), held)
+        .unwrap();
+    let marked = server
+        .delete("", "configmaps", Some("default"), "held")
+        .unwrap();
+    assert!(
+        marked["metadata"]["deletionTimestamp"].is_string(),
+        "{marked}"
+    );
+    let again = server
+        .delete("", "configmaps", Some("default"), "held")
+        .unwrap();
+    assert_eq!(again, marked);
+    let mut changed = server
+        .get("", "configmaps", Some("default"), "held")
+        .unwrap();
+    assert_eq!(changed, marked);
+    changed["metadata"]["deletionTimestamp"] = Value::Null;
+    changed["data"] = json!({"k": "v"});
+    let still = server
+        .update("", "configmaps", Some("default"), changed)
+        .unwrap();
+    assert!(
+        still["metadata"]["deletionTimestamp"].is_string(),
+        "{still}"
+    );
+    let mut released = still.clone();
+    released["metadata"]["finalizers"] = json!([]);
+    server
+        .update("", "configmaps", Some("default"), released)
+        .unwrap();
+    assert!(
+        server
+            .get("", "configmaps", Some("default"), "held")
+            .is_err()
+    );
+    let kinds: Vec<String> = w
+        .events(4, Duration::from_secs(5))
+        .await
+        .iter()
+        .map(|l| l.kind().to_owned())
+        .collect();
+    assert_eq!(kinds, ["ADDED", "MODIFIED", "MODIFIED", "DELETED"]);
 }
