@@ -23,7 +23,8 @@ pub struct ServerConfig {
     pub too_large_rv_wait: Duration,
     /// The served resource types. Default: core/v1 types plus `example.com/v1 Widget`.
     pub resources: Vec<ResourceType>,
-    /// Events a watcher may lag behind before its stream is ended with a 410. Default 10 000.
+    /// Events a watcher may lag behind before its stream is closed (cleanly while
+    /// the history covers what it missed, else with a 410). Default 10 000.
     pub watch_buffer: usize,
     /// Namespaces created at start-up (like a fresh cluster). Default: default, kube-system, kube-public.
     pub initial_namespaces: Vec<String>,

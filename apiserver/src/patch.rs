@@ -86,10 +86,24 @@ fn too_large(what: String) -> ApiError {
     ApiError::new(Reason::RequestEntityTooLarge, what)
 }
 
+/// Levels below the root at which a JSON pointer points (`""` is the root).
+fn pointer_depth(pointer: &str) -> usize {
+    pointer.matches('/').count()
+}
+
+fn too_deep(ceiling: usize) -> ApiError {
+    ApiError::new(
+        Reason::Invalid,
+        format!("the patched object would be nested deeper than {ceiling} levels"),
+    )
+}
+
 /// Applies a JSON patch one operation at a time, so that no request can grow
 /// the object without bound while the store is locked (CVE-2019-1002100:
-/// each `copy` of the whole document doubles it). Limits: 10 000 operations,
-/// `limit` bytes copied in all, and [`MAX_DEPTH`] levels of nesting.
+/// each `copy` of the whole document doubles it). Limits, as the real
+/// server's: 10 000 operations (413), `limit` bytes copied in all (422); and
+/// no deeper nesting than [`MAX_DEPTH`] or the object's own depth, checked
+/// per operation against a bound that costs no scan of the document.
 fn apply_json_patch(
     doc: &mut Value,
     patch: json_patch::Patch,
@@ -97,18 +111,17 @@ fn apply_json_patch(
 ) -> Result<(), ApiError> {
     use json_patch::PatchOperation;
     if patch.0.len() > MAX_JSON_PATCH_OPS {
-        return Err(ApiError::new(
-            Reason::Invalid,
-            format!(
-                "The allowed maximum operations in a JSON patch is {MAX_JSON_PATCH_OPS}, got {}",
-                patch.0.len()
-            ),
-        ));
+        return Err(too_large(format!(
+            "The allowed maximum operations in a JSON patch is {MAX_JSON_PATCH_OPS}, got {}",
+            patch.0.len()
+        )));
     }
     let mut copied = 0usize;
+    // An upper bound of the document's depth: it only grows.
     let mut deepest = depth(doc);
+    let ceiling = MAX_DEPTH.max(deepest);
     for op in patch.0 {
-        // Depth of what this operation puts where: a bound, checked before it runs.
+        // Depth of what this operation puts where, bounded before it runs.
         let inserted = match &op {
             PatchOperation::Add(a) => Some(depth(&a.value)),
             PatchOperation::Replace(r) => Some(depth(&r.value)),
@@ -116,23 +129,24 @@ fn apply_json_patch(
                 let source = doc.pointer(c.from.as_str());
                 copied += source.map_or(0, |v| serde_json::to_vec(v).map_or(0, |b| b.len()));
                 if copied > limit {
-                    return Err(too_large(format!(
-                        "the accumulated size of copied values in the JSON patch exceeds {limit} bytes"
-                    )));
+                    return Err(ApiError::new(
+                        Reason::Invalid,
+                        format!(
+                            "the accumulated size of copied values in the JSON patch exceeds {limit} bytes"
+                        ),
+                    ));
                 }
                 source.map(depth)
             }
-            PatchOperation::Move(m) => doc.pointer(m.from.as_str()).map(depth),
+            // What moves was already in the document: at most as deep as the
+            // document below where it was. No scan (a move costs nothing to bound).
+            PatchOperation::Move(m) => Some(deepest.saturating_sub(pointer_depth(m.from.as_str()))),
             _ => None,
         };
         if let Some(d) = inserted {
-            let at = op.path().as_str().split('/').count();
-            deepest = deepest.max(at + d);
-            if deepest > MAX_DEPTH {
-                return Err(ApiError::new(
-                    Reason::Invalid,
-                    format!("the patched object would be nested deeper than {MAX_DEPTH} levels"),
-                ));
+            deepest = deepest.max(pointer_depth(op.path().as_str()) + d);
+            if deepest > ceiling {
+                return Err(too_deep(ceiling));
             }
         }
         json_patch::patch(doc, std::slice::from_ref(&op)).map_err(|e| {
@@ -145,15 +159,13 @@ fn apply_json_patch(
     Ok(())
 }
 
-/// Apply a patch body to `doc`; the result is at most `limit` bytes and
-/// [`MAX_DEPTH`] levels deep.
+/// Apply a patch body to `doc`; the result is at most `limit` bytes, and no
+/// deeper than [`MAX_DEPTH`] (or than `doc` already was).
 pub fn apply(kind: PatchKind, doc: Value, body: &[u8], limit: usize) -> Result<Value, ApiError> {
+    let ceiling = MAX_DEPTH.max(depth(&doc));
     let patched = apply_unchecked(kind, doc, body, limit)?;
-    if depth(&patched) > MAX_DEPTH {
-        return Err(ApiError::new(
-            Reason::Invalid,
-            format!("the patched object would be nested deeper than {MAX_DEPTH} levels"),
-        ));
+    if depth(&patched) > ceiling {
+        return Err(too_deep(ceiling));
     }
     let size = serde_json::to_vec(&patched).map_or(usize::MAX, |b| b.len());
     if size > limit {
@@ -212,35 +224,23 @@ mod tests {
         let doubling: Vec<Value> = (0..40)
             .map(|i| json!({"op": "copy", "from": "", "path": format!("/a{i}")}))
             .collect();
-        let err = apply(
-            PatchKind::Json,
-            doc.clone(),
-            &serde_json::to_vec(&doubling).unwrap(),
-        )
-        .unwrap_err();
-        assert_eq!(err.code, 413, "{err:?}");
+        let json_patch = |ops: &Value| serde_json::to_vec(ops).unwrap();
+        let err = apply(PatchKind::Json, doc.clone(), &json_patch(&json!(doubling))).unwrap_err();
+        assert_eq!(err.code, 422, "{err:?}");
 
         let many: Vec<Value> = (0..=MAX_JSON_PATCH_OPS)
             .map(|_| json!({"op": "test", "path": "/data/k", "value": "v"}))
             .collect();
-        let err = apply(
-            PatchKind::Json,
-            doc.clone(),
-            &serde_json::to_vec(&many).unwrap(),
-        )
-        .unwrap_err();
-        assert_eq!(err.code, 422, "{err:?}");
-
-        let big = json!({"data": {"x": "y".repeat(2 << 20)}});
-        let err = apply(
-            PatchKind::Merge,
-            doc.clone(),
-            &serde_json::to_vec(&big).unwrap(),
-        )
-        .unwrap_err();
+        let err = apply(PatchKind::Json, doc.clone(), &json_patch(&json!(many))).unwrap_err();
         assert_eq!(err.code, 413, "{err:?}");
 
-        // Two adds of 60 levels, the second inside the first.
+        let big = json!({"data": {"x": "y".repeat(2 << 20)}});
+        let err = apply(PatchKind::Merge, doc.clone(), &json_patch(&big)).unwrap_err();
+        assert_eq!(err.code, 413, "{err:?}");
+
+        // Two adds of 60 levels, the second inside the first, then the whole
+        // removed: the result is shallow, but the object was 120 deep on the
+        // way (the per-operation bound refuses it).
         let mut nested = json!("leaf");
         for _ in 0..60 {
             nested = json!({ "a": nested });
@@ -249,18 +249,29 @@ mod tests {
         let deep = json!([
             {"op": "add", "path": "/deep", "value": nested.clone()},
             {"op": "add", "path": inner_path, "value": nested},
+            {"op": "remove", "path": "/deep"},
         ]);
-        let err = apply(
-            PatchKind::Json,
-            doc.clone(),
-            &serde_json::to_vec(&deep).unwrap(),
-        )
-        .unwrap_err();
+        let err = apply(PatchKind::Json, doc.clone(), &json_patch(&deep)).unwrap_err();
         assert_eq!(err.code, 422, "{err:?}");
+
+        // Moves cost no scan, and an object deeper than the limit can still
+        // be patched as long as it gets no deeper.
+        let mut deep_doc = doc.clone();
+        let mut nested = json!("leaf");
+        for _ in 0..(MAX_DEPTH + 10) {
+            nested = json!({ "a": nested });
+        }
+        deep_doc["deep"] = nested;
+        let moves = json!([
+            {"op": "move", "from": "/deep", "path": "/moved"},
+            {"op": "add", "path": "/data/more", "value": "x"},
+        ]);
+        let out = apply(PatchKind::Json, deep_doc, &json_patch(&moves)).unwrap();
+        assert!(out.get("deep").is_none() && out["moved"]["a"].is_object());
 
         // A modest patch still applies.
         let ok = json!([{"op": "copy", "from": "/data", "path": "/copy"}]);
-        let out = apply(PatchKind::Json, doc, &serde_json::to_vec(&ok).unwrap()).unwrap();
+        let out = apply(PatchKind::Json, doc, &json_patch(&ok)).unwrap();
         assert_eq!(out["copy"]["k"], "v");
     }
 

@@ -403,16 +403,33 @@ impl Store {
             return Ok(existing);
         }
         let rv = inner.rv + 1;
+        // A marked object whose last finalizer this update removes is deleted
+        // instead, as it was stored: the real server deletes the stored object
+        // (its DELETED event carries the previous labels, which is what a
+        // selector watch needs to see it go) and never applies the update.
+        if object::deletion_requested(&new) && !object::has_finalizers(&new) {
+            let final_state = Arc::new(existing.restamped(rv)?);
+            if !dry_run {
+                self.commit(
+                    &mut inner,
+                    res,
+                    EventKind::Deleted,
+                    final_state.clone(),
+                    Some(existing),
+                );
+            }
+            return Ok(final_state);
+        }
         set_resource_version(&mut new, rv);
         let record = Arc::new(ObjectRecord::from_value(key.clone(), &new)?);
-        // A marked object whose last finalizer was just removed goes now.
-        let kind = if object::deletion_requested(&new) && !object::has_finalizers(&new) {
-            EventKind::Deleted
-        } else {
-            EventKind::Modified
-        };
         if !dry_run {
-            self.commit(&mut inner, res, kind, record.clone(), Some(existing));
+            self.commit(
+                &mut inner,
+                res,
+                EventKind::Modified,
+                record.clone(),
+                Some(existing),
+            );
         }
         Ok(record)
     }
@@ -455,15 +472,14 @@ impl Store {
         let rv = inner.rv + 1;
         // With finalizers, a delete only marks the object (MODIFIED); it goes
         // once an update empties them (see `modify`).
-        let current = existing.parsed()?;
+        let mut current = existing.parsed()?;
         if object::has_finalizers(&current) {
             if object::deletion_requested(&current) {
                 return Ok(existing);
             }
-            let mut marked = current;
-            object::mark_for_deletion(&mut marked);
-            set_resource_version(&mut marked, rv);
-            let record = Arc::new(ObjectRecord::from_value(key.clone(), &marked)?);
+            object::mark_for_deletion(&mut current);
+            set_resource_version(&mut current, rv);
+            let record = Arc::new(ObjectRecord::from_value(key.clone(), &current)?);
             if !dry_run {
                 self.commit(
                     &mut inner,
@@ -475,7 +491,8 @@ impl Store {
             }
             return Ok(record);
         }
-        let final_state = Arc::new(existing.restamped(rv)?);
+        set_resource_version(&mut current, rv);
+        let final_state = Arc::new(ObjectRecord::from_value(key.clone(), &current)?);
         if !dry_run {
             self.commit(
                 &mut inner,

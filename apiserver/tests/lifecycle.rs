@@ -92,7 +92,12 @@ async fn finalizers_hold_a_delete_until_they_are_removed() {
         server.url()
     ))
     .await;
-    let mut held = cm("held", &[]);
+    let mut selected = WatchLines::open(&format!(
+        "{}/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={rv}&labelSelector=app%3Da",
+        server.url()
+    ))
+    .await;
+    let mut held = cm("held", &[("app", "a")]);
     held["metadata"]["finalizers"] = json!(["example.com/keep"]);
     server
         .create("", "configmaps", Some("default"), held)
@@ -121,8 +126,11 @@ async fn finalizers_hold_a_delete_until_they_are_removed() {
         still["metadata"]["deletionTimestamp"].is_string(),
         "{still}"
     );
+    // The update that removes the last finalizer also changes the label: the
+    // object is deleted as it was stored, so a watch on the old label sees it go.
     let mut released = still.clone();
     released["metadata"]["finalizers"] = json!([]);
+    released["metadata"]["labels"] = json!({"app": "b"});
     server
         .update("", "configmaps", Some("default"), released)
         .unwrap();
@@ -138,4 +146,7 @@ async fn finalizers_hold_a_delete_until_they_are_removed() {
         .map(|l| l.kind().to_owned())
         .collect();
     assert_eq!(kinds, ["ADDED", "MODIFIED", "MODIFIED", "DELETED"]);
+    let seen = selected.events(4, Duration::from_secs(5)).await;
+    assert_eq!(seen[3].kind(), "DELETED");
+    assert_eq!(seen[3].event()["object"]["metadata"]["labels"]["app"], "a");
 }

@@ -717,10 +717,11 @@ pub mod decode {
     }
 
     /// Why a watch line that did not decode as a `K` event is one client-go
-    /// skips rather than fails on (R-17 steps 2–3), if it is: an object event
-    /// whose object has no `metadata`, or one of another kind (it decodes as
-    /// a `K` once its `kind` and `apiVersion` are taken out: k8s-openapi's
-    /// types refuse a different one). Anything else is malformed. Only called
+    /// skips rather than fails on (R-17 step 2), if it is: an object event
+    /// whose object is of another kind (it decodes as a `K` once its `kind`
+    /// and `apiVersion` are taken out: k8s-openapi's types refuse a different
+    /// one). Anything else is malformed. (An object without metadata decodes,
+    /// has no key, and is skipped by the DeltaFIFO: R-17 step 3.) Only called
     /// for a line that failed, so the second parse costs nothing otherwise.
     pub fn skippable_watch_line<K: DeserializeOwned>(line: &[u8]) -> Option<&'static str> {
         #[derive(Deserialize)]
@@ -732,12 +733,6 @@ pub mod decode {
         let Envelope { event, mut object } = serde_json::from_slice(line).ok()?;
         if !matches!(event.as_str(), "ADDED" | "MODIFIED" | "DELETED") {
             return None;
-        }
-        if !object
-            .get("metadata")
-            .is_some_and(serde_json::Value::is_object)
-        {
-            return Some("object without metadata");
         }
         let typed = object.remove("kind").is_some() | object.remove("apiVersion").is_some();
         (typed && serde_json::from_value::<K>(serde_json::Value::Object(object)).is_ok())
@@ -1491,39 +1486,35 @@ mod tests {
         format!("{{\"type\":\"ADDED\",\"object\":{object}}}\n")
     }
 
-    /// R-17 steps 2–3 (review note M4): an event whose object is of another
-    /// kind, or has no metadata, is skipped; the watch goes on. A line that
-    /// is not an event at all still fails the watch as malformed.
+    /// R-17 step 2 (review note M4): an event whose object is of another
+    /// kind is skipped; the watch goes on. A line that is not a decodable
+    /// event of our kind (broken metadata included) still fails the watch as
+    /// malformed: skipping it would lose the change without a relist.
     #[tokio::test]
-    async fn a_watch_skips_objects_of_another_kind_or_without_metadata() {
+    async fn a_watch_skips_objects_of_another_kind() {
         let cm = |name: &str| {
             format!(
                 r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}","resourceVersion":"5"}},"data":{{"a":"b"}}}}"#
             )
         };
         let secret = r#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"s","resourceVersion":"6"},"type":"Opaque","data":{"a":"Yg=="}}"#;
-        let body = [
-            added(&cm("one")),
-            added(secret),
-            added(r#"{"apiVersion":"v1","kind":"ConfigMap","data":{"a":"b"},"metadata":7}"#),
-            added(&cm("two")),
-        ]
-        .concat();
+        let body = [added(&cm("one")), added(secret), added(&cm("two"))].concat();
         assert_eq!(
             read_watch(body.as_bytes()).await,
             (vec!["one".to_owned(), "two".to_owned()], None)
         );
 
-        let broken = [
-            added(&cm("one")),
-            added(r#"{"kind":"ConfigMap","metadata":{"name":"x"},"data":[1]}"#),
-            added(&cm("two")),
-        ]
-        .concat();
-        assert_eq!(
-            read_watch(broken.as_bytes()).await,
-            (vec!["one".to_owned()], Some(Failure::Malformed))
-        );
+        for bad in [
+            r#"{"kind":"ConfigMap","metadata":{"name":"x"},"data":[1]}"#,
+            r#"{"apiVersion":"v1","kind":"ConfigMap","data":{"a":"b"},"metadata":7}"#,
+        ] {
+            let broken = [added(&cm("one")), added(bad), added(&cm("two"))].concat();
+            assert_eq!(
+                read_watch(broken.as_bytes()).await,
+                (vec!["one".to_owned()], Some(Failure::Malformed)),
+                "{bad}"
+            );
+        }
         // A Status line of its own is the server's answer, not a malformed event.
         let gone = [
             added(&cm("one")),
