@@ -67,6 +67,23 @@ where
 {
     /// Both selectors at once, `None` for none (the factory's key).
     pub(crate) fn selectors(mut self, label: Option<String>, field: Option<String>) -> Self {
+        if self
+            .label_selector
+            .as_ref()
+            .is_some_and(|l| Some(l) != label.as_ref())
+            || self
+                .field_selector
+                .as_ref()
+                .is_some_and(|f| Some(f) != field.as_ref())
+        {
+            tracing::warn!(
+                configured_labels = ?self.label_selector,
+                configured_fields = ?self.field_selector,
+                labels = ?label,
+                fields = ?field,
+                "selectors set in the factory's `configure` are replaced by the factory key's"
+            );
+        }
         self.label_selector = label;
         self.field_selector = field;
         self

@@ -168,6 +168,9 @@ fn watch_json_prints_every_change_and_resyncs() {
     let mut child = kinformer()
         .args([
             "watch",
+            // Ends on its own even if this test fails before killing it.
+            "--for",
+            "120s",
             "configmaps",
             "-A",
             "-o",
@@ -242,6 +245,9 @@ fn watch_full_includes_the_object_and_text_is_one_line_each() {
     let mut child = kinformer()
         .args([
             "watch",
+            // Ends on its own even if this test fails before killing it.
+            "--for",
+            "120s",
             "configmaps",
             "-n",
             "default",
@@ -269,6 +275,9 @@ fn watch_full_includes_the_object_and_text_is_one_line_each() {
     let mut child = kinformer()
         .args([
             "watch",
+            // Ends on its own even if this test fails before killing it.
+            "--for",
+            "120s",
             "configmaps",
             "-n",
             "default",
@@ -349,7 +358,16 @@ fn cluster_selection_follows_kubeconfig_conventions() {
     // KUBECONFIG with its current context switched by --context.
     let mut child = kinformer()
         .env("KUBECONFIG", path_str)
-        .args(["watch", "configmaps", "-o", "json", "--context", "good"])
+        .args([
+            "watch",
+            "configmaps",
+            "-o",
+            "json",
+            "--context",
+            "good",
+            "--for",
+            "120s",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -420,7 +438,8 @@ fn cluster_selection_follows_kubeconfig_conventions() {
 
 /// A server that accepts connections and never answers: discovery fails
 /// after `engine.read_timeout` (exit 1, naming the wait) instead of hanging;
-/// with a shorter `--for`, the run ends when `--for` does, setup included.
+/// with a shorter `--for`, the run stops gracefully when `--for` ends (it
+/// counts from the start), before any informer started.
 #[test]
 fn a_silent_server_fails_discovery_instead_of_hanging() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -434,7 +453,6 @@ fn a_silent_server_fails_discovery_instead_of_hanging() {
     });
     for (env, args) in [
         (Some("2s"), vec!["run", "--server", &url]),
-        (None, vec!["run", "--server", &url, "--for", "2s"]),
         (Some("2s"), vec!["watch", "configmaps", "--server", &url]),
     ] {
         let started = Instant::now();
@@ -457,6 +475,21 @@ fn a_silent_server_fails_discovery_instead_of_hanging() {
         );
         assert!(started.elapsed() < Duration::from_secs(20), "{args:?}");
     }
+    let started = Instant::now();
+    let child = kinformer()
+        .args(["run", "--server", &url, "--for", "2s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let out = wait_output(child, Duration::from_secs(30));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("stopping (time is up) before every informer started"),
+        "{stdout}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(20));
 }
 
 /// SIGTERM (how Kubernetes and systemd stop a process) stops `run` as
@@ -465,7 +498,7 @@ fn a_silent_server_fails_discovery_instead_of_hanging() {
 fn sigterm_stops_run_gracefully() {
     let mut child = kinformer()
         .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(["run", "--embedded", "--seed", "100"])
+        .args(["run", "--embedded", "--seed", "100", "--for", "120s"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -500,10 +500,31 @@ async fn stop_ends_resyncs_too() {
             .count(|s| s.cause == kinformer::Cause::Resync)
     };
     eventually(SETTLE, "a first resync", || resyncs() >= 5).await;
+    // A second informer with the same period, as a clock: when it has swept
+    // twice more, the stopped one would have too.
+    let control = common::informer(&server).start().unwrap();
+    let (c, control_log) = Recorder::start();
+    let _control_sub = control
+        .subscribe(
+            c.recipient(),
+            SubscribeOptions::default().resync(Duration::from_secs(1)),
+        )
+        .await
+        .unwrap();
+    let control_resyncs = || {
+        control_log
+            .lock()
+            .unwrap()
+            .count(|s| s.cause == kinformer::Cause::Resync)
+    };
     informer.stop().await;
     let at_stop = resyncs();
-    // Two and a half periods: a running timer would have sent two more sweeps.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let control_at_stop = control_resyncs();
+    eventually(SETTLE, "two more sweeps of the control informer", || {
+        control_resyncs() >= control_at_stop + 10
+    })
+    .await;
+    // At most the sweep that was under way when it stopped.
     assert!(
         resyncs() <= at_stop + 5,
         "resyncs went on after stop: {at_stop} → {}",

@@ -111,8 +111,18 @@ fn metrics_move_with_the_workload_and_sigint_stops_gracefully() {
         (get(addr, "/readyz").ok()?.0 == 200).then_some(())
     });
 
-    let first = parse(&get(addr, "/metrics").unwrap().1);
     let cm = r#"informer="configmaps""#;
+    // Ready means the cache is synced; the subscriber may still be handling
+    // its initial adds.
+    let first = until(Duration::from_secs(20), "initial adds handled", || {
+        let m = parse(&get(addr, "/metrics").ok()?.1);
+        let initial = value(
+            &m,
+            "kinformer_notifications_total",
+            &[cm, r#"subscriber="fast""#, r#"cause="initial""#],
+        );
+        (initial >= 300.0).then_some(m)
+    });
     assert_eq!(value(&first, "kinformer_synced", &[cm]), 1.0);
     assert!(
         value(&first, "kinformer_objects", &[cm]) >= 300.0,
@@ -202,7 +212,8 @@ fn metrics_move_with_the_workload_and_sigint_stops_gracefully() {
         .recv_timeout(Duration::from_secs(20))
         .expect("kinformer stops after SIGINT")
         .unwrap();
-    let rest: Vec<String> = rx.try_iter().collect();
+    // The reader thread ends at EOF, so this collects every remaining line.
+    let rest: Vec<String> = rx.iter().collect();
     assert!(
         out.status.success(),
         "{:?} {}",

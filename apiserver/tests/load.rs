@@ -48,9 +48,11 @@ async fn a_100k_list_streams_without_stalling_other_requests() {
         "100k list: {} MB in {took:?}; slowest concurrent get {worst:?}",
         a.body.len() / 1_000_000
     );
+    // Generous for a debug build on a loaded 2-core machine; it catches a
+    // server that stops answering while a large list streams.
     assert!(
-        worst < Duration::from_secs(2),
-        "server stalled for {worst:?}"
+        worst < Duration::from_secs(5),
+        "server stalled for {worst:?} during the list's {took:?}"
     );
 }
 

@@ -67,45 +67,64 @@ pub async fn until(deadline: Option<Instant>) {
     }
 }
 
-/// Resolves when the program is asked to stop, with what asked: Ctrl-C
-/// (SIGINT), or SIGTERM (how Kubernetes, systemd and `kill` stop a process).
-pub async fn stop_requested() -> &'static str {
+/// Ctrl-C (SIGINT) and SIGTERM (how Kubernetes, systemd and `kill` stop a
+/// process), caught from when they are installed: install them first, so a
+/// signal during a slow start-up stops the program gracefully too.
+pub struct StopSignals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            return tokio::select! {
-                _ = tokio::signal::ctrl_c() => "interrupted",
-                _ = term.recv() => "terminated",
-            };
-        }
-    }
-    let _ = tokio::signal::ctrl_c().await;
-    "interrupted"
+    interrupt: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    terminate: tokio::signal::unix::Signal,
 }
 
-/// `work`, failed once `read_timeout` (`ZERO`: no limit) or the `deadline`
-/// passes first: kube-client sets no read timeout of its own, so a server
-/// that accepts connections and never answers would hang the program.
+impl StopSignals {
+    /// Replaces the default (kill) action of both signals.
+    pub fn install() -> anyhow::Result<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Ok(StopSignals {
+                interrupt: signal(SignalKind::interrupt())?,
+                terminate: signal(SignalKind::terminate())?,
+            })
+        }
+        #[cfg(not(unix))]
+        Ok(StopSignals {})
+    }
+
+    /// The next stop signal: "interrupted" or "terminated".
+    pub async fn recv(&mut self) -> &'static str {
+        #[cfg(unix)]
+        {
+            tokio::select! {
+                _ = self.interrupt.recv() => "interrupted",
+                _ = self.terminate.recv() => "terminated",
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+            "interrupted"
+        }
+    }
+}
+
+/// `work`, failed once `read_timeout` (`ZERO`: no limit) passes: kube-client
+/// sets no read timeout of its own, so a server that accepts connections and
+/// never answers would hang the program.
 pub async fn within<T>(
     what: &str,
     read_timeout: Duration,
-    deadline: Option<Instant>,
     work: impl std::future::Future<Output = anyhow::Result<T>>,
 ) -> anyhow::Result<T> {
-    let started = Instant::now();
-    let limit = (!read_timeout.is_zero())
-        .then(|| started.checked_add(read_timeout))
+    let end = (!read_timeout.is_zero())
+        .then(|| Instant::now().checked_add(read_timeout))
         .flatten();
-    let end = match (limit, deadline) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
     tokio::select! {
         result = work => result,
         _ = until(end) => Err(anyhow::anyhow!(
-            "{what}: the API server did not answer within {} (engine.read_timeout, or --for)",
-            humantime::format_duration(Duration::from_millis(started.elapsed().as_millis() as u64)),
+            "{what}: the API server did not answer within {} (engine.read_timeout)",
+            humantime::format_duration(read_timeout),
         )),
     }
 }

@@ -27,8 +27,89 @@ pub async fn run(loaded: Loaded, args: RunArgs) -> anyhow::Result<()> {
             )
             .into());
     }
-    // `--for` counts from the start, setup included.
+    // Caught from here on, and `--for` counts from here: a signal or the end
+    // of `--for` during a slow start-up stops as gracefully as later.
+    let mut signals = super::StopSignals::install()?;
     let deadline = super::deadline_after(args.run_for);
+    let started = tokio::select! {
+        started = start_all(&loaded) => started?,
+        why = signals.recv() => {
+            status::say(&format!("kinformer: stopping ({why}) before every informer started"));
+            return Ok(());
+        }
+        _ = super::until(deadline) => {
+            status::say("kinformer: stopping (time is up) before every informer started");
+            return Ok(());
+        }
+    };
+    let Started {
+        cluster,
+        registry,
+        metrics_server,
+    } = started;
+    let started = Instant::now();
+
+    let mut display = Display::new(&registry);
+    let interval = if display.is_terminal() {
+        settings
+            .observability
+            .status_interval
+            .min(Duration::from_millis(200))
+    } else {
+        settings.observability.status_interval
+    };
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let stop_reason = loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                registry.sample();
+                if !display.tick(&registry) {
+                    break "stdout closed";
+                }
+            }
+            why = signals.recv() => break why,
+            _ = super::until(deadline) => break "time is up",
+        }
+    };
+    display.finish();
+    status::say(&format!("kinformer: stopping ({stop_reason})"));
+
+    // Graceful stop: no more listing or watching, then let every subscriber
+    // finish the notification it is handling.
+    for view in &registry.informers {
+        view.informer.stop().await;
+    }
+    for view in &registry.informers {
+        for sub in &view.subscribers {
+            if let Some(subscription) = sub.take() {
+                subscription.unsubscribe().await;
+            }
+        }
+    }
+    for line in status::summary(&registry, started.elapsed()) {
+        status::say(&line);
+    }
+    if let Some(server) = metrics_server {
+        server.stop();
+    }
+    if let Some(embedded) = cluster.embedded {
+        embedded.shutdown();
+    }
+    Ok(())
+}
+
+/// What `run` starts before its main loop.
+struct Started {
+    cluster: cluster::Cluster,
+    registry: Arc<Registry>,
+    metrics_server: Option<metrics::MetricsServer>,
+}
+
+/// Connects, resolves every configured resource, starts the informers and
+/// their subscribers, and the metrics endpoint.
+async fn start_all(loaded: &Loaded) -> anyhow::Result<Started> {
+    let settings = &loaded.settings;
     let cluster = cluster::connect(&settings.cluster, &settings.embedded).await?;
     status::say(&cluster.banner);
     let client = kube::Client::try_from(cluster.config.clone()).context("building the client")?;
@@ -47,7 +128,6 @@ pub async fn run(loaded: Loaded, args: RunArgs) -> anyhow::Result<()> {
     let found = super::within(
         "reading the server's discovery documents",
         settings.engine.read_timeout,
-        deadline,
         async {
             resolve_all(&client, &specs)
                 .await
@@ -115,7 +195,6 @@ pub async fn run(loaded: Loaded, args: RunArgs) -> anyhow::Result<()> {
         ));
     }
     let registry = Arc::new(Registry { informers: views });
-    let started = Instant::now();
     for view in &registry.informers {
         // Record when each informer syncs, for the progress display.
         let informer = view.informer.clone();
@@ -149,54 +228,9 @@ pub async fn run(loaded: Loaded, args: RunArgs) -> anyhow::Result<()> {
         None => None,
     };
 
-    let mut display = Display::new(&registry);
-    let interval = if display.is_terminal() {
-        settings
-            .observability
-            .status_interval
-            .min(Duration::from_millis(200))
-    } else {
-        settings.observability.status_interval
-    };
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let stop = super::stop_requested();
-    tokio::pin!(stop);
-    let stop_reason = loop {
-        tokio::select! {
-            _ = tick.tick() => {
-                registry.sample();
-                if !display.tick(&registry) {
-                    break "stdout closed";
-                }
-            }
-            why = &mut stop => break why,
-            _ = super::until(deadline) => break "time is up",
-        }
-    };
-    display.finish();
-    status::say(&format!("kinformer: stopping ({stop_reason})"));
-
-    // Graceful stop: no more listing or watching, then let every subscriber
-    // finish the notification it is handling.
-    for view in &registry.informers {
-        view.informer.stop().await;
-    }
-    for view in &registry.informers {
-        for sub in &view.subscribers {
-            if let Some(subscription) = sub.take() {
-                subscription.unsubscribe().await;
-            }
-        }
-    }
-    for line in status::summary(&registry, started.elapsed()) {
-        status::say(&line);
-    }
-    if let Some(server) = metrics_server {
-        server.stop();
-    }
-    if let Some(embedded) = cluster.embedded {
-        embedded.shutdown();
-    }
-    Ok(())
+    Ok(Started {
+        cluster,
+        registry,
+        metrics_server,
+    })
 }

@@ -107,9 +107,8 @@ impl Handler<Event<DynamicObject>> for Printer {
     }
 }
 
-/// Watches until Ctrl-C, `--for`, or stdout closes.
+/// Watches until Ctrl-C, SIGTERM, `--for`, or stdout closes.
 pub async fn watch(loaded: Loaded, args: WatchArgs) -> anyhow::Result<()> {
-    let settings = &loaded.settings;
     if let Some(message) = args.resync.and_then(super::config::resync_problem) {
         return Err(super::config::ConfigError {
             key: "--resync".into(),
@@ -118,6 +117,43 @@ pub async fn watch(loaded: Loaded, args: WatchArgs) -> anyhow::Result<()> {
         }
         .into());
     }
+    // Caught from here on, and `--for` counts from here (see `run`).
+    let mut signals = super::StopSignals::install()?;
+    let deadline = super::deadline_after(args.run_for);
+    let Watching {
+        cluster,
+        informer,
+        subscription,
+        closed,
+    } = tokio::select! {
+        started = start_watching(&loaded, &args) => started?,
+        _ = signals.recv() => return Ok(()),
+        _ = super::until(deadline) => return Ok(()),
+    };
+    tokio::select! {
+        _ = signals.recv() => {}
+        _ = super::until(deadline) => {}
+        _ = closed.notified() => {}
+    }
+    informer.stop().await;
+    subscription.unsubscribe().await;
+    if let Some(embedded) = cluster.embedded {
+        embedded.shutdown();
+    }
+    Ok(())
+}
+
+/// What `watch` runs until it stops.
+struct Watching {
+    cluster: cluster::Cluster,
+    informer: kinformer::Informer<DynamicObject>,
+    subscription: kinformer::Subscription<DynamicObject>,
+    closed: Arc<Notify>,
+}
+
+/// Connects, resolves the resource, starts the informer and the printer.
+async fn start_watching(loaded: &Loaded, args: &WatchArgs) -> anyhow::Result<Watching> {
+    let settings = &loaded.settings;
     // A small workload, in the namespace `watch` looks at by default, so
     // that `kinformer watch configmaps` shows changes as they happen.
     let embedded = EmbeddedSettings {
@@ -127,7 +163,6 @@ pub async fn watch(loaded: Loaded, args: WatchArgs) -> anyhow::Result<()> {
         churn_namespace: "default".into(),
         ..EmbeddedSettings::default()
     };
-    let deadline = super::deadline_after(args.run_for);
     let cluster = cluster::connect(&settings.cluster, &embedded).await?;
     eprintln!("{}", cluster.banner);
     let default_namespace = cluster.config.default_namespace.clone();
@@ -139,7 +174,6 @@ pub async fn watch(loaded: Loaded, args: WatchArgs) -> anyhow::Result<()> {
     let resource = super::within(
         "reading the server's discovery documents",
         settings.engine.read_timeout,
-        deadline,
         async {
             resolve_all(&client, std::slice::from_ref(&spec))
                 .await
@@ -193,15 +227,10 @@ pub async fn watch(loaded: Loaded, args: WatchArgs) -> anyhow::Result<()> {
             )),
         humantime::format_duration(subscription.resync_period()),
     );
-    tokio::select! {
-        _ = super::stop_requested() => {}
-        _ = super::until(deadline) => {}
-        _ = closed.notified() => {}
-    }
-    informer.stop().await;
-    subscription.unsubscribe().await;
-    if let Some(embedded) = cluster.embedded {
-        embedded.shutdown();
-    }
-    Ok(())
+    Ok(Watching {
+        cluster,
+        informer,
+        subscription,
+        closed,
+    })
 }

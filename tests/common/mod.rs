@@ -17,10 +17,12 @@ use tokio::sync::watch;
 /// (no `KUBECONFIG`, a `HOME` without `.kube/config`, not in a cluster), so
 /// it falls back to the embedded server unless told otherwise.
 pub fn kinformer_command() -> std::process::Command {
-    let home = std::env::temp_dir().join("kinformer-tests-home");
+    // This test process's own empty directory: working directory (no stray
+    // `config.toml`) and HOME (no `.kube/config`).
+    let home = std::env::temp_dir().join(format!("kinformer-tests-{}", std::process::id()));
     let _ = std::fs::create_dir_all(&home);
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_kinformer"));
-    cmd.current_dir(std::env::temp_dir())
+    cmd.current_dir(&home)
         .env_remove("KINFORMER_CONFIG")
         .env_remove("KUBECONFIG")
         .env_remove("KUBERNETES_SERVICE_HOST")
