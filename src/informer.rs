@@ -15,8 +15,8 @@ use kinformer_actors::listener::{
     Listener, ListenerOptions, ListenerStats, StopListener, SubscriberId, Target,
 };
 use kinformer_actors::reflector::{
-    Backoff, DecodeOptions, ListWatch, Reflector, ReflectorOptions, ReflectorStats, StopReflector,
-    Transform, WatchEndReason,
+    Backoff, DecodeOptions, ListWatch, Reflector, ReflectorOptions, ReflectorStats, RequestFailure,
+    StopReflector, Transform, WatchEndReason,
 };
 use kinformer_actors::resync::{CancelResync, ResyncTimer, ScheduleResync, StopResync};
 use kinformer_actors::{Event, EventBatch};
@@ -33,9 +33,16 @@ pub enum InformerError {
     /// An index could not be added.
     #[error("index: {0}")]
     Index(#[from] CacheError),
-    /// The informer did not sync in time.
-    #[error("not synced within {0:?}")]
-    SyncTimeout(Duration),
+    /// The informer did not sync in time; with the last failed request, if
+    /// any since the last successful list (a bad selector, a missing
+    /// permission, an unreachable server: the informer keeps retrying).
+    #[error("not synced within {waited:?}{}", last_failure.as_ref().map(|f| format!("; last {f}")).unwrap_or_default())]
+    SyncTimeout {
+        /// How long it waited.
+        waited: Duration,
+        /// The last failed list or watch request.
+        last_failure: Option<RequestFailure>,
+    },
     /// The informer has stopped ([`Informer::stop`], or every handle dropped).
     #[error("the informer has stopped")]
     Stopped,
@@ -232,6 +239,7 @@ where
                 skip_managed_fields: self.skip_managed_fields,
             },
             read_timeout: self.reflector.read_timeout,
+            failures: stats.reflector.last_failure.clone(),
         };
         let reflector_stats = stats.reflector.clone();
         let transform = self.transform;
@@ -431,6 +439,7 @@ pub(crate) async fn wait_synced(
     mut stopped: watch::Receiver<bool>,
     timeout: Duration,
     gone: InformerError,
+    last_failure: impl FnOnce() -> Option<RequestFailure>,
 ) -> Result<(), InformerError> {
     let wait = async {
         tokio::select! {
@@ -441,7 +450,10 @@ pub(crate) async fn wait_synced(
     };
     tokio::time::timeout(timeout, wait)
         .await
-        .map_err(|_| InformerError::SyncTimeout(timeout))?
+        .map_err(|_| InformerError::SyncTimeout {
+            waited: timeout,
+            last_failure: last_failure(),
+        })?
 }
 
 /// A running informer: subscribe actors, read the cache, wait for sync, stop.
@@ -617,8 +629,16 @@ where
             self.stopped(),
             timeout,
             InformerError::Stopped,
+            || self.last_failure(),
         )
         .await
+    }
+
+    /// The last failed list or watch request since the last successful list,
+    /// if any: why an informer that keeps retrying has not synced (a bad
+    /// selector, a missing permission, an unreachable server).
+    pub fn last_failure(&self) -> Option<RequestFailure> {
+        self.inner.stats.reflector.last_failure.get()
     }
 
     /// Turns `true` once the informer is stopped.

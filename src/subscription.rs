@@ -114,6 +114,7 @@ impl<K: Object> Subscription<K> {
             self._informer.stopped(),
             timeout,
             InformerError::SubscriberGone,
+            || self._informer.last_failure(),
         )
         .await
     }

@@ -536,3 +536,30 @@ fn sigterm_stops_run_gracefully() {
     );
     assert!(rest.iter().any(|l| l.starts_with("summary:")), "{rest:?}");
 }
+
+/// A list the server refuses (a malformed selector: 400) is retried, and the
+/// program says why it never synced and exits 1 instead of 0.
+#[test]
+fn a_list_that_never_succeeds_fails_the_run_with_its_reason() {
+    let child = kinformer()
+        .args([
+            "watch",
+            "configmaps",
+            "-l",
+            "a in (b",
+            "--embedded",
+            "--for",
+            "3s",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let out = wait_output(child, Duration::from_secs(30));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("never synced: last list failed") && stderr.contains("BadRequest"),
+        "{stderr}"
+    );
+}

@@ -733,3 +733,51 @@ async fn a_subscribe_dropped_half_way_leaves_nothing_behind() {
     assert_eq!(informer.stats().subscribers, 0);
     assert_eq!(informer.stats().subscribers_lost, 0, "an undo is no loss");
 }
+
+/// An informer that cannot list (here a malformed label selector: the server
+/// answers 400) keeps retrying, and says why when asked: `last_failure`, and
+/// in `wait_for_sync`'s timeout error. A successful list clears it.
+#[actix::test]
+async fn a_failing_list_is_reported_by_wait_for_sync() {
+    let server = server(10_000);
+    server.seed_configmaps("default", 2).unwrap();
+    let informer = informer(&server)
+        .label_selector("a in (b")
+        .backoff(fast_backoff())
+        .start()
+        .unwrap();
+    eventually(SETTLE, "a failed list", || informer.stats().failures >= 2).await;
+    let failure = informer.last_failure().expect("a recorded failure");
+    assert_eq!(failure.request, "list");
+    assert!(failure.message.contains("BadRequest"), "{failure}");
+    match informer.wait_for_sync(Duration::from_millis(100)).await {
+        Err(kinformer::InformerError::SyncTimeout {
+            last_failure: Some(f),
+            ..
+        }) => assert_eq!(f.request, "list"),
+        other => panic!("{other:?}"),
+    }
+    let error = informer
+        .wait_for_sync(Duration::from_millis(100))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("last list failed: ") && error.contains("BadRequest"),
+        "{error}"
+    );
+
+    // One failed list, then a good one: the failure is forgotten.
+    server.faults().fail_next(
+        kinformer_apiserver::Verb::List,
+        1,
+        kinformer_apiserver::Failure::Internal,
+    );
+    let recovered = informer_at(&server.url())
+        .backoff(fast_backoff())
+        .start()
+        .unwrap();
+    recovered.wait_for_sync(SYNC).await.unwrap();
+    assert!(recovered.stats().failures >= 1);
+    assert_eq!(recovered.last_failure(), None);
+}

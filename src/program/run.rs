@@ -90,11 +90,24 @@ pub async fn run(loaded: Loaded, args: RunArgs) -> anyhow::Result<()> {
     for line in status::summary(&registry, started.elapsed()) {
         status::say(&line);
     }
+    // An informer that never synced is a failed run, with its reason.
+    let unsynced: Vec<String> = registry
+        .informers
+        .iter()
+        .filter(|v| !v.informer.has_synced())
+        .map(|v| match v.informer.last_failure() {
+            Some(f) => format!("{} (last {f})", v.name),
+            None => v.name.clone(),
+        })
+        .collect();
     if let Some(server) = metrics_server {
         server.stop();
     }
     if let Some(embedded) = cluster.embedded {
         embedded.shutdown();
+    }
+    if !unsynced.is_empty() {
+        anyhow::bail!("never synced: {}", unsynced.join("; "));
     }
     Ok(())
 }

@@ -136,8 +136,14 @@ impl Display {
                     }
                     None => {
                         let speed = done.saturating_sub(row.last_progress) as f64 / dt;
+                        // Why it is not syncing, while it retries.
+                        let failing = view
+                            .informer
+                            .last_failure()
+                            .map(|f| format!("; retrying: last {f}"))
+                            .unwrap_or_default();
                         lines.push(format!(
-                            "{}: initial sync {done}/{} objects ({speed:.0}/s)",
+                            "{}: initial sync {done}/{} objects ({speed:.0}/s){failing}",
                             view.name,
                             if total > 0 {
                                 total.to_string()

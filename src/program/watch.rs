@@ -130,15 +130,23 @@ pub async fn watch(loaded: Loaded, args: WatchArgs) -> anyhow::Result<()> {
         _ = signals.recv() => return Ok(()),
         _ = super::until(deadline) => return Ok(()),
     };
-    tokio::select! {
-        _ = signals.recv() => {}
-        _ = super::until(deadline) => {}
-        _ = closed.notified() => {}
-    }
+    let stdout_closed = tokio::select! {
+        _ = signals.recv() => false,
+        _ = super::until(deadline) => false,
+        _ = closed.notified() => true,
+    };
     informer.stop().await;
     subscription.unsubscribe().await;
     if let Some(embedded) = cluster.embedded {
         embedded.shutdown();
+    }
+    // Nothing was ever listed: say why rather than end as if all was well
+    // (unless the reader went away first, as `| head` does).
+    if !informer.has_synced() && !stdout_closed {
+        match informer.last_failure() {
+            Some(f) => anyhow::bail!("never synced: last {f}"),
+            None => anyhow::bail!("never synced"),
+        }
     }
     Ok(())
 }

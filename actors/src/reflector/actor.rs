@@ -63,6 +63,9 @@ pub struct ReflectorStats {
     pub backoff_ms: AtomicU64,
     /// Watches that ended or failed to open, by [`WatchEndReason`] (indexed by `as usize`).
     pub watch_ends: [AtomicU64; WatchEndReason::ALL.len()],
+    /// The last failed request since the last successful list (give the same
+    /// `Arc` to the [`ListWatch`](super::ListWatch) as its `failures`).
+    pub last_failure: Arc<super::source::LastFailure>,
 }
 
 /// Why a watch ended or could not be opened (a metric label).
@@ -338,6 +341,7 @@ where
                     }
                     let mut st = self.state.borrow_mut();
                     st.list_succeeded(&rv, paginated);
+                    self.stats.last_failure.clear();
                     self.stats.relists.store(st.relists(), Ordering::Relaxed);
                     drop(st);
                     self.publish_rv();

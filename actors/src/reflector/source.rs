@@ -38,6 +38,52 @@ pub struct ListWatch<K: Resource> {
     pub decode: DecodeOptions,
     /// See [`ReflectorOptions::read_timeout`](super::ReflectorOptions::read_timeout).
     pub read_timeout: Duration,
+    /// Where failed requests are recorded.
+    pub failures: std::sync::Arc<LastFailure>,
+}
+
+/// A failed list or watch request, kept for whoever asks why an informer
+/// does not sync (a bad selector, a missing permission, an unreachable server).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestFailure {
+    /// `"list"` or `"watch"`.
+    pub request: &'static str,
+    /// What failed, as kube-client or the server said it.
+    pub message: String,
+    /// When.
+    pub at: std::time::SystemTime,
+}
+
+impl std::fmt::Display for RequestFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} failed: {}", self.request, self.message)
+    }
+}
+
+/// The last [`RequestFailure`] of a [`ListWatch`], shared with whoever reads it.
+#[derive(Debug, Default)]
+pub struct LastFailure(std::sync::Mutex<Option<RequestFailure>>);
+
+impl LastFailure {
+    /// Records a failure (replacing the previous one).
+    pub fn record(&self, request: &'static str, error: &dyn std::fmt::Display) {
+        let failure = RequestFailure {
+            request,
+            message: error.to_string(),
+            at: std::time::SystemTime::now(),
+        };
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(failure);
+    }
+
+    /// The last failure since the last [`clear`](Self::clear), if any.
+    pub fn get(&self) -> Option<RequestFailure> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Forgets the last failure (a list succeeded).
+    pub fn clear(&self) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
 }
 
 /// `fut`, or a `TimedOut` read error once `limit` passed without an answer
@@ -226,6 +272,7 @@ where
                         });
                     }
                     tracing::warn!(%err, "list failed");
+                    self.failures.record("list", &err);
                     return Err(failure);
                 }
             };
@@ -240,6 +287,7 @@ where
                 Err(e) => {
                     let err = kube::Error::SerdeError(e);
                     tracing::warn!(%err, "list page could not be decoded");
+                    self.failures.record("list", &err);
                     return Err(classify(&err));
                 }
             };
@@ -322,6 +370,7 @@ where
             .unwrap_or(far);
         let body = opened.await.map_err(|err| {
             tracing::warn!(%err, "opening the watch failed");
+            self.failures.record("watch", &err);
             classify(&err)
         })?;
         Ok(watch_stream::<K>(
