@@ -322,6 +322,27 @@ pub struct WatchEnds {
     pub other: u64,
 }
 
+impl WatchEnds {
+    /// The count of one reason (an exhaustive match: a new reason cannot be forgotten).
+    pub fn count(&self, reason: WatchEndReason) -> u64 {
+        match reason {
+            WatchEndReason::Closed => self.closed,
+            WatchEndReason::Expired => self.expired,
+            WatchEndReason::Throttled => self.throttled,
+            WatchEndReason::Refused => self.refused,
+            WatchEndReason::Malformed => self.malformed,
+            WatchEndReason::Other => self.other,
+        }
+    }
+
+    /// Every reason's label (a metric label value) with its count.
+    pub fn by_reason(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        WatchEndReason::ALL
+            .into_iter()
+            .map(|r| (r.as_str(), self.count(r)))
+    }
+}
+
 /// A snapshot of an informer's counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct InformerStats {

@@ -51,7 +51,7 @@ pub use kinformer_actors as actors;
 pub use kinformer_actors::delta_fifo::FifoOptions;
 pub use kinformer_actors::indexer::{CacheError, IndexFn, Snapshot};
 pub use kinformer_actors::listener::{ListenerStats, OverflowPolicy, SubscriberId};
-pub use kinformer_actors::reflector::{Backoff, RequestFailure};
+pub use kinformer_actors::reflector::{Backoff, RequestFailure, WatchEndReason};
 pub use kinformer_actors::{Cause, DeletedObject, Event, EventBatch, ObjectKey, Tombstone};
 pub use store::Store;
 pub use subscription::{SubscribeOptions, Subscription};

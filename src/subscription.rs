@@ -30,12 +30,17 @@ pub struct SubscribeOptions {
     pub pipeline: usize,
 }
 
+impl SubscribeOptions {
+    /// The listener queue's capacity unless set.
+    pub const DEFAULT_CAPACITY: usize = 1024;
+}
+
 impl Default for SubscribeOptions {
     fn default() -> Self {
         SubscribeOptions {
             resync: None,
             policy: OverflowPolicy::Block,
-            capacity: 1024,
+            capacity: Self::DEFAULT_CAPACITY,
             batch_size: 256,
             pipeline: 8,
         }

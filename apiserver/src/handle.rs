@@ -246,17 +246,9 @@ impl ServerHandle {
     }
 
     fn key(&self, res: usize, namespace: Option<&str>, name: &str) -> ObjKey {
-        let namespaced = self
-            .inner
-            .store
-            .registry()
-            .types()
-            .get(res)
-            .is_some_and(|t| t.namespaced);
-        if namespaced {
-            ObjKey::new(namespace.unwrap_or("default"), name)
-        } else {
-            ObjKey::new("", name)
+        match self.inner.store.registry().types().get(res) {
+            Some(rt) => rt.key(namespace, name),
+            None => ObjKey::new("", name),
         }
     }
 

@@ -20,6 +20,16 @@ pub struct ResourceType {
 }
 
 impl ResourceType {
+    /// The store key of `name`: namespaced types default to the `default`
+    /// namespace (as requests without one do), cluster-scoped ones have none.
+    pub fn key(&self, namespace: Option<&str>, name: &str) -> crate::object::ObjKey {
+        if self.namespaced {
+            crate::object::ObjKey::new(namespace.unwrap_or("default"), name)
+        } else {
+            crate::object::ObjKey::new("", name)
+        }
+    }
+
     /// A resource type from its parts.
     pub fn new(group: &str, version: &str, kind: &str, plural: &str, namespaced: bool) -> Self {
         ResourceType {

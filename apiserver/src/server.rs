@@ -405,11 +405,7 @@ fn with_json_type(mut resp: Response) -> Response {
 }
 
 fn key(rt: &ResourceType, ns: Option<&str>, name: &str) -> ObjKey {
-    if rt.namespaced {
-        ObjKey::new(ns.unwrap_or("default"), name)
-    } else {
-        ObjKey::new("", name)
-    }
+    rt.key(ns, name)
 }
 
 fn object_response(

@@ -160,16 +160,18 @@ pub struct EngineSettings {
 }
 
 impl Default for EngineSettings {
+    /// The library's defaults (except `drop_managed_fields`, the program's own choice).
     fn default() -> Self {
+        let reflector = kinformer::actors::reflector::ReflectorOptions::default();
         EngineSettings {
-            page_size: 500,
-            streaming_lists: false,
+            page_size: reflector.page_size,
+            streaming_lists: reflector.streaming_lists,
             default_resync: Duration::ZERO,
-            queue_capacity: 1024,
+            queue_capacity: kinformer::SubscribeOptions::DEFAULT_CAPACITY,
             overflow_policy: Policy::Block,
             drop_managed_fields: true,
-            read_timeout: Duration::from_secs(60),
-            min_watch_timeout: Duration::from_secs(300),
+            read_timeout: reflector.read_timeout,
+            min_watch_timeout: reflector.min_watch_timeout,
             backoff: BackoffSettings::default(),
             fifo: FifoSettings::default(),
         }
@@ -193,10 +195,11 @@ pub struct BackoffSettings {
 
 impl Default for BackoffSettings {
     fn default() -> Self {
+        let d = kinformer::Backoff::default();
         BackoffSettings {
-            initial: Duration::from_millis(800),
-            cap: Duration::from_secs(30),
-            reset_after: Duration::from_secs(120),
+            initial: d.initial(),
+            cap: d.cap(),
+            reset_after: d.reset_after(),
         }
     }
 }
@@ -612,11 +615,21 @@ fn unknown_field(message: &str) -> Option<String> {
 fn validate(l: &Loaded) -> Result<(), ConfigError> {
     let s = &l.settings;
     let e = &s.engine;
-    if e.min_watch_timeout < Duration::from_secs(1) {
-        return Err(l.error("engine.min_watch_timeout", "must be at least 1s"));
+    let floor = kinformer::actors::reflector::MIN_WATCH_TIMEOUT_FLOOR;
+    if e.min_watch_timeout < floor {
+        return Err(l.error(
+            "engine.min_watch_timeout",
+            format!("must be at least {}", humantime::format_duration(floor)),
+        ));
     }
-    if e.backoff.initial.is_zero() {
-        return Err(l.error("engine.backoff.initial", "must be more than 0s"));
+    if e.backoff.initial < kinformer::Backoff::MIN_DELAY {
+        return Err(l.error(
+            "engine.backoff.initial",
+            format!(
+                "must be at least {}",
+                humantime::format_duration(kinformer::Backoff::MIN_DELAY)
+            ),
+        ));
     }
     if e.backoff.initial > e.backoff.cap {
         return Err(l.error(
@@ -778,10 +791,12 @@ fn check_resync(l: &Loaded, key: &str, period: Duration) -> Result<(), ConfigErr
 /// What is wrong with a resync period, if anything: under the library's 1 s
 /// minimum, which it would quietly raise (0 means never).
 pub fn resync_problem(period: Duration) -> Option<String> {
-    (!period.is_zero() && period < Duration::from_secs(1)).then(|| {
+    let minimum = kinformer::actors::resync::MINIMUM_RESYNC_PERIOD;
+    (!period.is_zero() && period < minimum).then(|| {
         format!(
-            "{} is below the 1s minimum (use 0s for never)",
-            humantime::format_duration(period)
+            "{} is below the {} minimum (use 0s for never)",
+            humantime::format_duration(period),
+            humantime::format_duration(minimum)
         )
     })
 }

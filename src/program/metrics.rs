@@ -199,14 +199,7 @@ impl Registry {
             c("kinformer_lists_total", s.lists);
             c("kinformer_relists_total", s.relists);
             c("kinformer_reflector_panics_total", s.reflector_panics);
-            for (reason, v) in [
-                ("closed", s.watch_ends.closed),
-                ("expired", s.watch_ends.expired),
-                ("throttled", s.watch_ends.throttled),
-                ("refused", s.watch_ends.refused),
-                ("malformed", s.watch_ends.malformed),
-                ("other", s.watch_ends.other),
-            ] {
+            for (reason, v) in s.watch_ends.by_reason() {
                 counter!("kinformer_watch_ends_total", "informer" => inf.clone(), "reason" => reason)
                     .absolute(v);
             }

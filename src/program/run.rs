@@ -228,8 +228,9 @@ async fn start_all(loaded: &Loaded) -> anyhow::Result<Started> {
 
     let metrics_server = match &settings.observability.metrics_addr {
         Some(addr) => {
+            // Checked when the configuration was loaded.
             let addr = addr.parse().map_err(|_| {
-                loaded.error("observability.metrics_addr", "not a host:port address")
+                loaded.error("observability.metrics_addr", "not an IP:port address")
             })?;
             let server = metrics::serve(addr, registry.clone())?;
             status::say(&format!(

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 use anyhow::Context as _;
-use kinformer::{Event, SubscribeOptions};
+use kinformer::Event;
 use kube::core::DynamicObject;
 use serde_json::json;
 use tokio::sync::Notify;
@@ -215,12 +215,14 @@ async fn start_watching(loaded: &Loaded, args: &WatchArgs) -> anyhow::Result<Wat
         stdout_closed: false,
     }
     .start();
-    let mut options = SubscribeOptions::default()
-        .policy(settings.engine.overflow_policy.into())
-        .capacity(settings.engine.queue_capacity);
-    if let Some(r) = args.resync {
-        options = options.resync(r);
-    }
+    // The printer is a subscriber like `run`'s, with the engine's defaults.
+    let printer_settings = super::config::SubscriberSettings {
+        name: "printer".into(),
+        resync: args.resync,
+        policy: None,
+        capacity: None,
+    };
+    let options = super::build::subscribe_options(&printer_settings, &settings.engine);
     let subscription = informer.subscribe(printer.recipient(), options).await?;
     span.in_scope(|| {
         tracing::info!(namespace = ?namespace, resync = ?subscription.resync_period(), "watching")

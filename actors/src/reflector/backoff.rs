@@ -49,6 +49,16 @@ impl Backoff {
         }
     }
 
+    /// The first wait (before jitter).
+    pub fn initial(&self) -> Duration {
+        self.initial
+    }
+
+    /// How long without a failure resets the waits to `initial`.
+    pub fn reset_after(&self) -> Duration {
+        self.reset_after
+    }
+
     /// The next wait. `jitter` is a uniform sample in `[0, 1)`: the wait is `d × (1 + jitter)`.
     pub fn next_delay(&mut self, now: Instant, jitter: f64) -> Duration {
         if self

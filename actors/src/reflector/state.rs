@@ -39,6 +39,10 @@ pub const VERY_SHORT_WATCH: Duration = Duration::from_secs(1);
 /// Minimum server-side watch timeout.
 pub const MIN_WATCH_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// The smallest `min_watch_timeout` accepted; a smaller one is raised to it
+/// (the server's `timeoutSeconds` counts whole seconds).
+pub const MIN_WATCH_TIMEOUT_FLOOR: Duration = Duration::from_secs(1);
+
 /// How a request failed, as far as the Reflector's rules care.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Failure {
@@ -171,7 +175,7 @@ impl ReflectorState {
             page_size: options.page_size,
             streaming_lists: options.streaming_lists,
             backoff: options.backoff,
-            min_watch_timeout: options.min_watch_timeout.max(Duration::from_secs(1)),
+            min_watch_timeout: options.min_watch_timeout.max(MIN_WATCH_TIMEOUT_FLOOR),
             last_sync_rv: String::new(),
             rv_unavailable: false,
             paginated_result: false,
