@@ -10,7 +10,10 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kinformer::{Event, Informer, SubscribeOptions};
 use kinformer_apiserver::{ApiServer, ServerConfig};
 
-struct Printer;
+/// Prints every notification; signals `demo_deleted` when the demo object goes.
+struct Printer {
+    demo_deleted: std::sync::Arc<tokio::sync::Notify>,
+}
 
 impl Actor for Printer {
     type Context = Context<Self>;
@@ -27,7 +30,10 @@ impl Handler<Event<ConfigMap>> for Printer {
                 println!(
                     "deleted {key} (final state unknown: {})",
                     object.is_final_state_unknown()
-                )
+                );
+                if key.as_str() == "default/demo" {
+                    self.demo_deleted.notify_one();
+                }
             }
         }
     }
@@ -47,16 +53,21 @@ async fn main() -> anyhow::Result<()> {
     };
     let informer =
         Informer::builder(kube::Api::<ConfigMap>::namespaced(client, "default")).start()?;
+    let demo_deleted = std::sync::Arc::new(tokio::sync::Notify::new());
+    let printer = Printer {
+        demo_deleted: demo_deleted.clone(),
+    };
     let subscription = informer
-        .subscribe(Printer.start().recipient(), SubscribeOptions::default())
+        .subscribe(printer.start().recipient(), SubscribeOptions::default())
         .await?;
     subscription.wait_for_sync(Duration::from_secs(30)).await?;
     if let Some(server) = &server {
         let cm = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "demo"}, "data": {"a": "1"}});
         server.create("", "configmaps", Some("default"), cm)?;
         server.delete("", "configmaps", Some("default"), "demo")?;
+        // Until the printer has seen the delete (it comes after the add).
+        tokio::time::timeout(Duration::from_secs(10), demo_deleted.notified()).await?;
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
     subscription.unsubscribe().await;
     informer.stop().await;
     Ok(())

@@ -159,7 +159,7 @@ where
     }
 
     /// Skip `metadata.managedFields` while decoding, so it is never allocated
-    /// (about 45 % of a typical Pod's heap). Cheaper than a [`transform`](Self::transform)
+    /// (about 40 % of a decoded Pod's heap: 22 of 56 KB, BENCHMARKS.md). Cheaper than a [`transform`](Self::transform)
     /// that clears it, which runs after the fields were decoded. Off by default.
     pub fn skip_managed_fields(mut self, skip: bool) -> Self {
         self.skip_managed_fields = skip;
@@ -172,9 +172,9 @@ where
     /// (under a bare tokio `LocalSet` the Reflector stays on the current
     /// thread). Off by default: on the 2-core benchmark machine, where the API
     /// server shares the cores, the cross-thread hand-off cost more than it
-    /// saved (maximum ConfigMap event rate 93k/s with it, 144k/s without;
-    /// BENCHMARKS.md). Worth trying with spare cores and large objects (a Pod
-    /// decodes in 31–53 µs).
+    /// saved (maximum ConfigMap event rate with one batched subscriber: 125k/s
+    /// with it, 181k–210k/s without; BENCHMARKS.md). Worth trying with spare
+    /// cores and large objects (a Pod decodes in 31–53 µs).
     pub fn reflector_thread(mut self, on: bool) -> Self {
         self.reflector_thread = on;
         self
@@ -198,7 +198,10 @@ where
 
     /// Starts the actors. Must run inside an actix `System` or a tokio
     /// `LocalSet`; elsewhere (e.g. directly in `#[tokio::main]`) it answers
-    /// [`InformerError::NoActorRuntime`].
+    /// [`InformerError::NoActorRuntime`] (after tokio prints the panic it
+    /// raised, which is how a `LocalSet` is detected). Built with
+    /// `panic = "abort"`, only an actix `System` is accepted. The Reflector's
+    /// recovery from a panic in its loop also needs unwinding.
     pub fn start(self) -> Result<Informer<K>, InformerError> {
         if !can_start_actors() {
             return Err(InformerError::NoActorRuntime);
@@ -295,6 +298,10 @@ fn can_start_actors() -> bool {
     }
     // tokio has no "inside a LocalSet?" query: spawn an empty local task. Outside
     // one this panics (tokio prints its message), and the panic is caught here.
+    // Where panics abort, it cannot be caught: only an actix System is accepted.
+    if cfg!(panic = "abort") {
+        return false;
+    }
     std::panic::catch_unwind(|| drop(tokio::task::spawn_local(async {}))).is_ok()
 }
 

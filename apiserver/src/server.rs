@@ -631,11 +631,12 @@ async fn watch(
             now.checked_add(timeout.min(Duration::from_secs(7 * 24 * 3600)))
                 .unwrap_or(now)
         },
-        // A zero interval would wake the stream in a busy loop.
+        // A zero interval would wake the stream in a busy loop; a huge one
+        // would overflow the next due time (a day is "never" for a watch).
         bookmark_interval: state
             .config
             .bookmark_interval
-            .max(Duration::from_millis(10)),
+            .clamp(Duration::from_millis(10), Duration::from_secs(86_400)),
         table: table.then(|| rt.clone()),
     };
     let stream = WatchStream::new(state.store.clone(), spec, reg, state.faults.subscribe());

@@ -36,7 +36,9 @@ impl Kubectl {
 
     fn command(&self, args: &[&str]) -> Command {
         let mut c = Command::new("kubectl");
+        // No kubeconfig, and no user preferences (`~/.kube/kuberc` aliases and defaults).
         c.env("KUBECONFIG", "/nonexistent/kinformer-kubeconfig")
+            .env("KUBERC", "off")
             .arg("--server")
             .arg(self.server.url())
             .arg("--cache-dir")

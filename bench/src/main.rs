@@ -41,10 +41,10 @@ struct Cli {
     #[arg(long, global = true, value_enum, value_delimiter = ',')]
     kinds: Option<Vec<KindArg>>,
     /// Steady write rate in events per second.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, value_parser = positive_finite)]
     rate: Option<f64>,
     /// Seconds of steady writing per churn measurement.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, value_parser = positive_finite)]
     churn_secs: Option<f64>,
     /// Objects of the relist and resync workloads.
     #[arg(long, global = true)]
@@ -209,4 +209,14 @@ fn main() -> anyhow::Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// A number above 0 and finite (a rate, a duration in seconds).
+fn positive_finite(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|e| format!("{s:?}: {e}"))?;
+    if v.is_finite() && v > 0.0 {
+        Ok(v)
+    } else {
+        Err(format!("{s:?}: must be a finite number above 0"))
+    }
 }

@@ -289,9 +289,10 @@ where
     }
 
     async fn backoff(&self, d: Duration) {
-        self.stats
-            .backoff_ms
-            .fetch_add(d.as_millis() as u64, Ordering::Relaxed);
+        self.stats.backoff_ms.fetch_add(
+            u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
         tokio::time::sleep(d).await;
     }
 
@@ -581,9 +582,10 @@ where
         let fut = async move {
             if !delay.is_zero() {
                 tracing::info!(?delay, "relisting after backoff");
-                stats
-                    .backoff_ms
-                    .fetch_add(delay.as_millis() as u64, Ordering::Relaxed);
+                stats.backoff_ms.fetch_add(
+                    u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                    Ordering::Relaxed,
+                );
                 tokio::time::sleep(delay).await;
             }
             match AssertUnwindSafe(lp.run()).catch_unwind().await {
