@@ -664,7 +664,9 @@ where
 
     /// The last failed list or watch request since the last successful list,
     /// if any: why an informer that keeps retrying has not synced (a bad
-    /// selector, a missing permission, an unreachable server).
+    /// selector, a missing permission, an unreachable server). Once synced,
+    /// a failed watch stays here until the next list succeeds (see its `at`);
+    /// watch health is in [`InformerStats::watch_ends`].
     pub fn last_failure(&self) -> Option<RequestFailure> {
         self.inner.stats.reflector.last_failure.get()
     }

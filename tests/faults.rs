@@ -781,3 +781,28 @@ async fn a_failing_list_is_reported_by_wait_for_sync() {
     assert!(recovered.stats().failures >= 1);
     assert_eq!(recovered.last_failure(), None);
 }
+
+/// A streaming list cut before its initial-events-end bookmark is retried,
+/// and recorded as the reason the informer has not synced.
+#[actix::test]
+async fn a_streaming_list_cut_short_is_reported_as_the_last_failure() {
+    let server = server(10_000);
+    server.seed_configmaps("default", 50).unwrap();
+    server.faults().close_watches_after(Some(10));
+    let informer = informer(&server)
+        .streaming_lists(true)
+        .backoff(fast_backoff())
+        .start()
+        .unwrap();
+    eventually(SETTLE, "a recorded failure", || {
+        informer.last_failure().is_some()
+    })
+    .await;
+    let failure = informer.last_failure().unwrap();
+    assert_eq!(failure.request, "list");
+    assert!(failure.message.contains("initial-events-end"), "{failure}");
+    assert!(!informer.has_synced());
+    server.faults().clear();
+    informer.wait_for_sync(SYNC).await.unwrap();
+    assert_eq!(informer.last_failure(), None);
+}

@@ -90,24 +90,33 @@ pub async fn run(loaded: Loaded, args: RunArgs) -> anyhow::Result<()> {
     for line in status::summary(&registry, started.elapsed()) {
         status::say(&line);
     }
-    // An informer that never synced is a failed run, with its reason.
-    let unsynced: Vec<String> = registry
+    // An informer that never synced because its requests kept failing makes
+    // the run a failure, with the reason; one merely stopped before its
+    // (slow) initial sync finished does not.
+    let mut failing = Vec::new();
+    for view in registry
         .informers
         .iter()
         .filter(|v| !v.informer.has_synced())
-        .map(|v| match v.informer.last_failure() {
-            Some(f) => format!("{} (last {f})", v.name),
-            None => v.name.clone(),
-        })
-        .collect();
+    {
+        match view.informer.last_failure() {
+            Some(f) => failing.push(format!("{} (last {f})", view.name)),
+            None => {
+                let _ = status::say(&format!(
+                    "kinformer: {} stopped before its initial sync finished",
+                    view.name
+                ));
+            }
+        }
+    }
     if let Some(server) = metrics_server {
         server.stop();
     }
     if let Some(embedded) = cluster.embedded {
         embedded.shutdown();
     }
-    if !unsynced.is_empty() {
-        anyhow::bail!("never synced: {}", unsynced.join("; "));
+    if !failing.is_empty() {
+        anyhow::bail!("never synced: {}", failing.join("; "));
     }
     Ok(())
 }

@@ -140,7 +140,12 @@ impl Display {
                         let failing = view
                             .informer
                             .last_failure()
-                            .map(|f| format!("; retrying: last {f}"))
+                            .map(|f| {
+                                let text = f.to_string();
+                                let short: String = text.chars().take(120).collect();
+                                let more = if short.len() < text.len() { "…" } else { "" };
+                                format!("; retrying: last {short}{more}")
+                            })
                             .unwrap_or_default();
                         lines.push(format!(
                             "{}: initial sync {done}/{} objects ({speed:.0}/s){failing}",

@@ -140,13 +140,14 @@ pub async fn watch(loaded: Loaded, args: WatchArgs) -> anyhow::Result<()> {
     if let Some(embedded) = cluster.embedded {
         embedded.shutdown();
     }
-    // Nothing was ever listed: say why rather than end as if all was well
-    // (unless the reader went away first, as `| head` does).
-    if !informer.has_synced() && !stdout_closed {
-        match informer.last_failure() {
-            Some(f) => anyhow::bail!("never synced: last {f}"),
-            None => anyhow::bail!("never synced"),
-        }
+    // Never synced because its requests kept failing: say why rather than
+    // end as if all was well (unless the reader went away first, as `| head`
+    // does). Merely stopped before a slow initial sync finished is no failure.
+    if !informer.has_synced()
+        && !stdout_closed
+        && let Some(f) = informer.last_failure()
+    {
+        anyhow::bail!("never synced: last {f}");
     }
     Ok(())
 }

@@ -16,6 +16,7 @@ use tokio::sync::watch;
 /// config file, no `KINFORMER__` overrides, and no cluster configuration
 /// (no `KUBECONFIG`, a `HOME` without `.kube/config`, not in a cluster), so
 /// it falls back to the embedded server unless told otherwise.
+#[cfg(feature = "cli")]
 pub fn kinformer_command() -> std::process::Command {
     // This test process's own empty directory: working directory (no stray
     // `config.toml`) and HOME (no `.kube/config`).

@@ -445,7 +445,13 @@ where
         let cached = self.reusable();
         while let Some(event) = stream.next().await {
             events += 1;
-            match event? {
+            let event = event.inspect_err(|failure| {
+                self.stats.last_failure.record(
+                    "list",
+                    &format_args!("the streaming list ended with {failure:?}"),
+                );
+            })?;
+            match event {
                 SourceEvent::Added(o) | SourceEvent::Modified(o) => {
                     let reused = cached.as_ref().and_then(|c| {
                         let k = ObjectKey::of(&o).ok()?;
@@ -479,6 +485,10 @@ where
         if events == 0 && started.elapsed() < super::state::VERY_SHORT_WATCH {
             Err(Failure::Unsupported)
         } else {
+            self.stats.last_failure.record(
+                "list",
+                &"the streaming list was closed before its initial-events-end bookmark",
+            );
             Err(Failure::Other)
         }
     }
@@ -595,6 +605,9 @@ where
                     tracing::error!(
                         "panic in the reflector's list-watch loop; relisting after backoff"
                     );
+                    stats
+                        .last_failure
+                        .record("list", &"the list-watch loop panicked (a transform?)");
                     // Through the state machine, so a panic that repeats backs off
                     // like any other failure instead of relisting at a fixed rate.
                     let next = state.borrow_mut().list_failed(
@@ -658,6 +671,29 @@ mod tests {
 
     fn cm(name: &str, rv: &str) -> Arc<ConfigMap> {
         crate::testing::configmap(name, rv)
+    }
+
+    /// `watch_ends` is indexed by `reason as usize`, and metrics iterate
+    /// `ALL`: every reason must be in `ALL`, at its own index.
+    #[test]
+    fn every_watch_end_reason_is_listed_at_its_index() {
+        for (i, reason) in WatchEndReason::ALL.iter().enumerate() {
+            assert_eq!(*reason as usize, i, "{reason:?}");
+        }
+        // An exhaustive match: a new variant fails to compile here until it is
+        // added, and the length check then asks for it in `ALL`.
+        let known = |r: WatchEndReason| match r {
+            WatchEndReason::Closed
+            | WatchEndReason::Expired
+            | WatchEndReason::Throttled
+            | WatchEndReason::Refused
+            | WatchEndReason::Malformed
+            | WatchEndReason::Other => 1,
+        };
+        assert_eq!(
+            WatchEndReason::ALL.iter().map(|r| known(*r)).sum::<usize>(),
+            6
+        );
     }
 
     #[test]

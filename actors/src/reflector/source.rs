@@ -75,6 +75,18 @@ impl LastFailure {
         *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(failure);
     }
 
+    /// Records a failed request's kube error: an API answer as `code reason:
+    /// message` (kube's own `Display` appends a debug dump of the `Status`).
+    pub fn record_error(&self, request: &'static str, error: &kube::Error) {
+        match error {
+            kube::Error::Api(status) => self.record(
+                request,
+                &format_args!("{} {}: {}", status.code, status.reason, status.message),
+            ),
+            other => self.record(request, other),
+        }
+    }
+
     /// The last failure since the last [`clear`](Self::clear), if any.
     pub fn get(&self) -> Option<RequestFailure> {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
@@ -259,10 +271,16 @@ where
                         let body = self
                             .fetch_page(&full, std::mem::take(&mut spare))
                             .await
-                            .map_err(|e| classify(&e))?;
+                            .map_err(|e| {
+                                self.failures.record_error("list", &e);
+                                classify(&e)
+                            })?;
                         let list: decode::Page<K> =
-                            decode::decode_page(&body, self.decode_options())
-                                .map_err(|e| classify(&kube::Error::SerdeError(e)))?;
+                            decode::decode_page(&body, self.decode_options()).map_err(|e| {
+                                let e = kube::Error::SerdeError(e);
+                                self.failures.record_error("list", &e);
+                                classify(&e)
+                            })?;
                         progress(list.items.len() as u64, None);
                         return Ok(Listed {
                             items: list.items.into_iter().map(map).collect(),
@@ -272,7 +290,7 @@ where
                         });
                     }
                     tracing::warn!(%err, "list failed");
-                    self.failures.record("list", &err);
+                    self.failures.record_error("list", &err);
                     return Err(failure);
                 }
             };
@@ -287,7 +305,7 @@ where
                 Err(e) => {
                     let err = kube::Error::SerdeError(e);
                     tracing::warn!(%err, "list page could not be decoded");
-                    self.failures.record("list", &err);
+                    self.failures.record_error("list", &err);
                     return Err(classify(&err));
                 }
             };
@@ -370,7 +388,8 @@ where
             .unwrap_or(far);
         let body = opened.await.map_err(|err| {
             tracing::warn!(%err, "opening the watch failed");
-            self.failures.record("watch", &err);
+            self.failures
+                .record_error(if streaming { "list" } else { "watch" }, &err);
             classify(&err)
         })?;
         Ok(watch_stream::<K>(
