@@ -18,6 +18,16 @@ fn kinformer() -> Command {
     common::kinformer_command()
 }
 
+/// Runs `cmd` with its output captured, to its end (at most `limit`).
+fn run_to_end(cmd: &mut Command, limit: Duration) -> Output {
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn kinformer");
+    wait_output(child, limit)
+}
+
 /// Waits for the process to end, at most `limit`; kills it past that.
 fn wait_output(child: Child, limit: Duration) -> Output {
     let pid = child.id();
@@ -37,14 +47,12 @@ fn wait_output(child: Child, limit: Duration) -> Output {
 #[test]
 fn run_embedded_for_5s_exits_0_with_a_summary() {
     let started = Instant::now();
-    let child = kinformer()
-        .current_dir(env!("CARGO_MANIFEST_DIR")) // the repository's config.toml
-        .args(["run", "--embedded", "--for", "5s"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn kinformer");
-    let out = wait_output(child, Duration::from_secs(40));
+    let out = run_to_end(
+        kinformer()
+            .current_dir(env!("CARGO_MANIFEST_DIR")) // the repository's config.toml
+            .args(["run", "--embedded", "--for", "5s"]),
+        Duration::from_secs(40),
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -305,13 +313,10 @@ fn watch_full_includes_the_object_and_text_is_one_line_each() {
 #[test]
 fn watch_unknown_resource_fails_with_its_name() {
     let server = ApiServer::start_in_thread(ServerConfig::default()).expect("server");
-    let child = kinformer()
-        .args(["watch", "frobnicators", "-A", "--server", &server.url()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let out = wait_output(child, Duration::from_secs(20));
+    let out = run_to_end(
+        kinformer().args(["watch", "frobnicators", "-A", "--server", &server.url()]),
+        Duration::from_secs(20),
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
@@ -385,13 +390,10 @@ fn cluster_selection_follows_kubeconfig_conventions() {
 
     // --kubeconfig FILE: its current context (`bad`) is unreachable, and that is an error,
     // not a silent fallback to the embedded server.
-    let child = kinformer()
-        .args(["run", "--kubeconfig", path_str, "--for", "5s"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let out = wait_output(child, Duration::from_secs(30));
+    let out = run_to_end(
+        kinformer().args(["run", "--kubeconfig", path_str, "--for", "5s"]),
+        Duration::from_secs(30),
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     assert!(
@@ -414,14 +416,12 @@ fn cluster_selection_follows_kubeconfig_conventions() {
     )
     .unwrap();
     for kubeconfig in ["/nonexistent/kubeconfig", broken.to_str().unwrap()] {
-        let child = kinformer()
-            .env("KUBECONFIG", kubeconfig)
-            .args(["run", "--for", "1s"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn");
-        let out = wait_output(child, Duration::from_secs(30));
+        let out = run_to_end(
+            kinformer()
+                .env("KUBECONFIG", kubeconfig)
+                .args(["run", "--for", "1s"]),
+            Duration::from_secs(30),
+        );
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
@@ -460,13 +460,7 @@ fn a_silent_server_fails_discovery_instead_of_hanging() {
         if let Some(t) = env {
             cmd.env("KINFORMER__ENGINE__READ_TIMEOUT", t);
         }
-        let child = cmd
-            .args(&args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn");
-        let out = wait_output(child, Duration::from_secs(30));
+        let out = run_to_end(cmd.args(&args), Duration::from_secs(30));
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
         assert!(
@@ -476,13 +470,10 @@ fn a_silent_server_fails_discovery_instead_of_hanging() {
         assert!(started.elapsed() < Duration::from_secs(20), "{args:?}");
     }
     let started = Instant::now();
-    let child = kinformer()
-        .args(["run", "--server", &url, "--for", "2s"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let out = wait_output(child, Duration::from_secs(30));
+    let out = run_to_end(
+        kinformer().args(["run", "--server", &url, "--for", "2s"]),
+        Duration::from_secs(30),
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}");
     assert!(
@@ -513,36 +504,15 @@ fn sigterm_stops_run_gracefully() {
             break;
         }
     }
-    let pid = child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let out = wait_output(child, Duration::from_secs(20));
-    // The reader thread ends at EOF, so this collects every remaining line.
-    let rest: Vec<String> = rx.iter().collect();
-    assert!(
-        out.status.success(),
-        "{:?} {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        rest.iter().any(|l| l.contains("stopping (terminated)")),
-        "{rest:?}"
-    );
-    assert!(rest.iter().any(|l| l.starts_with("summary:")), "{rest:?}");
+    common::expect_graceful_stop(child, "-TERM", "terminated", &rx);
 }
 
 /// A list the server refuses (a malformed selector: 400) is retried, and the
 /// program says why it never synced and exits 1 instead of 0.
 #[test]
 fn a_list_that_never_succeeds_fails_the_run_with_its_reason() {
-    let child = kinformer()
-        .args([
+    let out = run_to_end(
+        kinformer().args([
             "watch",
             "configmaps",
             "-l",
@@ -550,12 +520,9 @@ fn a_list_that_never_succeeds_fails_the_run_with_its_reason() {
             "--embedded",
             "--for",
             "3s",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let out = wait_output(child, Duration::from_secs(30));
+        ]),
+        Duration::from_secs(30),
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(

@@ -7,7 +7,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -196,33 +196,5 @@ fn metrics_move_with_the_workload_and_sigint_stops_gracefully() {
     assert!(value(&later, "kinformer_resource_version_age_seconds", &[cm]) < 10.0);
 
     // Ctrl-C: a graceful stop with a summary, exit 0.
-    let pid = child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-INT", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let (done_tx, done_rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = done_tx.send(child.wait_with_output());
-    });
-    let out = done_rx
-        .recv_timeout(Duration::from_secs(20))
-        .expect("kinformer stops after SIGINT")
-        .unwrap();
-    // The reader thread ends at EOF, so this collects every remaining line.
-    let rest: Vec<String> = rx.iter().collect();
-    assert!(
-        out.status.success(),
-        "{:?} {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        rest.iter().any(|l| l.contains("stopping (interrupted)")),
-        "{rest:?}"
-    );
-    assert!(rest.iter().any(|l| l.starts_with("summary:")), "{rest:?}");
+    common::expect_graceful_stop(child, "-INT", "interrupted", &rx);
 }

@@ -207,6 +207,22 @@ impl Store {
         inner.history.compact(rv);
     }
 
+    /// Commits `record` unless this is a dry run; returns it (what the request answers).
+    fn commit_unless_dry_run(
+        &self,
+        inner: &mut Inner,
+        res: usize,
+        kind: EventKind,
+        record: Arc<ObjectRecord>,
+        prev: Option<Arc<ObjectRecord>>,
+        dry_run: bool,
+    ) -> Arc<ObjectRecord> {
+        if !dry_run {
+            self.commit(inner, res, kind, record.clone(), prev);
+        }
+        record
+    }
+
     fn commit(
         &self,
         inner: &mut Inner,
@@ -271,10 +287,7 @@ impl Store {
         let rv = inner.rv + 1;
         stamp_new(&mut body, rv);
         let record = Arc::new(ObjectRecord::from_value(key, &body)?);
-        if !dry_run {
-            self.commit(&mut inner, res, EventKind::Added, record.clone(), None);
-        }
-        Ok(record)
+        Ok(self.commit_unless_dry_run(&mut inner, res, EventKind::Added, record, None, dry_run))
     }
 
     /// Create an object whose JSON the caller renders for the assigned RV (fast seeding path:
@@ -409,29 +422,25 @@ impl Store {
         // selector watch needs to see it go) and never applies the update.
         if object::deletion_requested(&new) && !object::has_finalizers(&new) {
             let final_state = Arc::new(existing.restamped(rv)?);
-            if !dry_run {
-                self.commit(
-                    &mut inner,
-                    res,
-                    EventKind::Deleted,
-                    final_state.clone(),
-                    Some(existing),
-                );
-            }
-            return Ok(final_state);
+            return Ok(self.commit_unless_dry_run(
+                &mut inner,
+                res,
+                EventKind::Deleted,
+                final_state,
+                Some(existing),
+                dry_run,
+            ));
         }
         set_resource_version(&mut new, rv);
         let record = Arc::new(ObjectRecord::from_value(key.clone(), &new)?);
-        if !dry_run {
-            self.commit(
-                &mut inner,
-                res,
-                EventKind::Modified,
-                record.clone(),
-                Some(existing),
-            );
-        }
-        Ok(record)
+        Ok(self.commit_unless_dry_run(
+            &mut inner,
+            res,
+            EventKind::Modified,
+            record,
+            Some(existing),
+            dry_run,
+        ))
     }
 
     /// Delete an object; returns its final state (stamped with the deletion RV) and emits DELETED.
@@ -480,29 +489,25 @@ impl Store {
             object::mark_for_deletion(&mut current);
             set_resource_version(&mut current, rv);
             let record = Arc::new(ObjectRecord::from_value(key.clone(), &current)?);
-            if !dry_run {
-                self.commit(
-                    &mut inner,
-                    res,
-                    EventKind::Modified,
-                    record.clone(),
-                    Some(existing),
-                );
-            }
-            return Ok(record);
+            return Ok(self.commit_unless_dry_run(
+                &mut inner,
+                res,
+                EventKind::Modified,
+                record,
+                Some(existing),
+                dry_run,
+            ));
         }
         set_resource_version(&mut current, rv);
         let final_state = Arc::new(ObjectRecord::from_value(key.clone(), &current)?);
-        if !dry_run {
-            self.commit(
-                &mut inner,
-                res,
-                EventKind::Deleted,
-                final_state.clone(),
-                Some(existing),
-            );
-        }
-        Ok(final_state)
+        Ok(self.commit_unless_dry_run(
+            &mut inner,
+            res,
+            EventKind::Deleted,
+            final_state,
+            Some(existing),
+            dry_run,
+        ))
     }
 
     /// Delete every object the filter selects; returns the final states.

@@ -37,6 +37,45 @@ pub fn kinformer_command() -> std::process::Command {
     cmd
 }
 
+/// Sends `signal` (`-INT`, `-TERM`) to a running `kinformer` and checks that
+/// it stops gracefully: exit 0, then "stopping (`reason`)" and a summary among
+/// the rest of its stdout (`lines`, read by a thread that ends at EOF).
+#[cfg(feature = "cli")]
+pub fn expect_graceful_stop(
+    child: std::process::Child,
+    signal: &str,
+    reason: &str,
+    lines: &std::sync::mpsc::Receiver<String>,
+) {
+    let pid = child.id().to_string();
+    let sent = std::process::Command::new("kill")
+        .args([signal, &pid])
+        .status()
+        .expect("run kill");
+    assert!(sent.success(), "kill {signal} {pid}");
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done_tx.send(child.wait_with_output());
+    });
+    let out = done_rx
+        .recv_timeout(Duration::from_secs(20))
+        .unwrap_or_else(|_| panic!("kinformer did not stop after {signal}"))
+        .expect("wait for kinformer");
+    let rest: Vec<String> = lines.iter().collect();
+    assert!(
+        out.status.success(),
+        "{:?} {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        rest.iter()
+            .any(|l| l.contains(&format!("stopping ({reason})"))),
+        "{rest:?}"
+    );
+    assert!(rest.iter().any(|l| l.starts_with("summary:")), "{rest:?}");
+}
+
 /// An embedded server on its own runtime thread, with fast bookmarks.
 pub fn server(history_limit: usize) -> ServerHandle {
     let config = ServerConfig {
