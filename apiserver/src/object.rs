@@ -398,6 +398,15 @@ pub fn has_finalizers(value: &Value) -> bool {
         .is_some_and(|f| !f.is_empty())
 }
 
+/// `metadata.finalizers` of `value`, as strings.
+pub fn finalizers(value: &Value) -> Vec<&str> {
+    value
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .map(|f| f.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
 /// The object was asked to be deleted and waits for its finalizers.
 pub fn deletion_requested(value: &Value) -> bool {
     value

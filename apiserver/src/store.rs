@@ -412,6 +412,19 @@ impl Store {
             return Err(ApiError::conflict(&rt.group, &rt.plural, &key.name));
         }
         validate_metadata(rt, &new, &key.name)?;
+        // As the real server: an object being deleted takes no new finalizers.
+        if object::deletion_requested(&old) {
+            let before = object::finalizers(&old);
+            if object::finalizers(&new).iter().any(|f| !before.contains(f)) {
+                return Err(ApiError::invalid(
+                    &rt.kind,
+                    &key.name,
+                    "metadata.finalizers",
+                    "FieldValueForbidden",
+                    "Forbidden: no new finalizers can be added if the object is being deleted",
+                ));
+            }
+        }
         if !carry_over_for_update(&old, &mut new) {
             return Ok(existing);
         }
