@@ -433,27 +433,15 @@ impl Store {
         // instead, as it was stored: the real server deletes the stored object
         // (its DELETED event carries the previous labels, which is what a
         // selector watch needs to see it go) and never applies the update.
-        if object::deletion_requested(&new) && !object::has_finalizers(&new) {
-            let final_state = Arc::new(existing.restamped(rv)?);
-            return Ok(self.commit_unless_dry_run(
-                &mut inner,
-                res,
-                EventKind::Deleted,
-                final_state,
-                Some(existing),
-                dry_run,
-            ));
-        }
-        set_resource_version(&mut new, rv);
-        let record = Arc::new(ObjectRecord::from_value(key.clone(), &new)?);
-        Ok(self.commit_unless_dry_run(
-            &mut inner,
-            res,
-            EventKind::Modified,
-            record,
-            Some(existing),
-            dry_run,
-        ))
+        let (kind, mut stored) =
+            if object::deletion_requested(&new) && !object::has_finalizers(&new) {
+                (EventKind::Deleted, old)
+            } else {
+                (EventKind::Modified, new)
+            };
+        set_resource_version(&mut stored, rv);
+        let record = Arc::new(ObjectRecord::from_value(key.clone(), &stored)?);
+        Ok(self.commit_unless_dry_run(&mut inner, res, kind, record, Some(existing), dry_run))
     }
 
     /// Delete an object; returns its final state (stamped with the deletion RV) and emits DELETED.
@@ -495,32 +483,18 @@ impl Store {
         // With finalizers, a delete only marks the object (MODIFIED); it goes
         // once an update empties them (see `modify`).
         let mut current = existing.parsed()?;
-        if object::has_finalizers(&current) {
+        let kind = if object::has_finalizers(&current) {
             if object::deletion_requested(&current) {
                 return Ok(existing);
             }
             object::mark_for_deletion(&mut current);
-            set_resource_version(&mut current, rv);
-            let record = Arc::new(ObjectRecord::from_value(key.clone(), &current)?);
-            return Ok(self.commit_unless_dry_run(
-                &mut inner,
-                res,
-                EventKind::Modified,
-                record,
-                Some(existing),
-                dry_run,
-            ));
-        }
+            EventKind::Modified
+        } else {
+            EventKind::Deleted
+        };
         set_resource_version(&mut current, rv);
-        let final_state = Arc::new(ObjectRecord::from_value(key.clone(), &current)?);
-        Ok(self.commit_unless_dry_run(
-            &mut inner,
-            res,
-            EventKind::Deleted,
-            final_state,
-            Some(existing),
-            dry_run,
-        ))
+        let record = Arc::new(ObjectRecord::from_value(key.clone(), &current)?);
+        Ok(self.commit_unless_dry_run(&mut inner, res, kind, record, Some(existing), dry_run))
     }
 
     /// Delete every object the filter selects; returns the final states.
