@@ -4,6 +4,9 @@
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
 use kinformer_actors::Object;
@@ -26,9 +29,44 @@ struct InformerKey {
 /// builder options of that first request); later requests get the same
 /// informer, so subscribers share its Reflector, watch connection and cache.
 /// A stopped informer is replaced by a new one.
+///
+/// The key holds the resource's URL path, not the cluster: use one factory
+/// per `kube::Client` (per cluster and identity). The factory keeps every
+/// informer it started running until [`InformerFactory::stop_all`] or until
+/// the informer is stopped through one of its handles.
 #[derive(Clone, Default)]
 pub struct InformerFactory {
-    informers: Arc<Mutex<HashMap<InformerKey, Box<dyn Any + Send + Sync>>>>,
+    informers: Arc<Mutex<HashMap<InformerKey, Shared>>>,
+}
+
+/// One informer of the factory, with its type erased.
+struct Shared {
+    /// The `Informer<K>`.
+    informer: Box<dyn Any + Send + Sync>,
+    is_stopped: Box<dyn Fn() -> bool + Send + Sync>,
+    stop: Box<dyn Fn() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>,
+}
+
+impl Shared {
+    fn new<K: Object>(informer: Informer<K>) -> Self {
+        let (watched, stopped) = (informer.clone(), informer.clone());
+        Shared {
+            informer: Box::new(informer),
+            is_stopped: Box::new(move || watched.is_stopped()),
+            stop: Box::new(move || {
+                let informer = stopped.clone();
+                Box::pin(async move { informer.stop().await })
+            }),
+        }
+    }
+}
+
+impl fmt::Debug for InformerFactory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InformerFactory")
+            .field("running", &self.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl InformerFactory {
@@ -53,13 +91,10 @@ impl InformerFactory {
             label_selector: label_selector.map(str::to_owned),
             field_selector: field_selector.map(str::to_owned),
         };
-        let mut informers = self
-            .informers
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut informers = self.lock();
         if let Some(existing) = informers
             .get(&key)
-            .and_then(|b| b.downcast_ref::<Informer<K>>())
+            .and_then(|shared| shared.informer.downcast_ref::<Informer<K>>())
             .filter(|i| !i.is_stopped())
         {
             return Ok(existing.clone());
@@ -72,13 +107,31 @@ impl InformerFactory {
                 field_selector.map(str::to_owned),
             )
             .start()?;
-        informers.insert(key, Box::new(informer.clone()));
+        // Stopped informers are forgotten, so the map does not keep them.
+        informers.retain(|_, shared| !(shared.is_stopped)());
+        informers.insert(key, Shared::new(informer.clone()));
         Ok(informer)
     }
 
-    /// How many distinct informers the factory runs.
+    /// How many distinct informers the factory runs (stopped ones excluded).
     pub fn len(&self) -> usize {
-        self.informers.lock().map(|m| m.len()).unwrap_or(0)
+        self.lock().values().filter(|s| !(s.is_stopped)()).count()
+    }
+
+    /// Stops every informer the factory started and forgets them; handles
+    /// held elsewhere then answer [`InformerError::Stopped`]. Later requests
+    /// start new informers.
+    pub async fn stop_all(&self) {
+        let stops: Vec<_> = self.lock().drain().map(|(_, s)| (s.stop)()).collect();
+        for stop in stops {
+            stop.await;
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<InformerKey, Shared>> {
+        self.informers
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// True when the factory runs no informer yet.

@@ -1,6 +1,6 @@
 //! Building, running and stopping an informer.
 
-use std::fmt::Debug;
+use std::fmt::{self, Debug};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -30,7 +30,8 @@ use crate::subscription::{SubscribeOptions, Subscription};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum InformerError {
-    /// An index could not be added.
+    /// An index operation failed: adding one at start, or (through `?` on a
+    /// [`CacheError`]) a query on an index that does not exist.
     #[error("index: {0}")]
     Index(#[from] CacheError),
     /// The informer did not sync in time; with the last failed request, if
@@ -49,8 +50,11 @@ pub enum InformerError {
     /// The subscriber's actor has stopped, so its listener is gone.
     #[error("the subscriber has stopped")]
     SubscriberGone,
-    /// Not called from inside an actix system or a tokio `LocalSet`.
-    #[error("informers must be started inside an actix System or a tokio LocalSet")]
+    /// [`InformerBuilder::start`] or a `subscribe*` call made outside an
+    /// actix System or a tokio `LocalSet` (e.g. from a `tokio::spawn`ed task).
+    #[error(
+        "informers and subscriptions must be started inside an actix System or a tokio LocalSet"
+    )]
     NoActorRuntime,
 }
 
@@ -152,7 +156,10 @@ where
     /// Applied once to every object before it is cached and shared (e.g. drop `managedFields`).
     /// It must be deterministic: a relist keeps the cached (transformed) object
     /// of every object whose resourceVersion did not change, without running
-    /// the transform again.
+    /// the transform again. It must not panic: a panic fails the list or
+    /// watch it happened in, is recorded as [`Informer::last_failure`], and
+    /// the informer relists with backoff (with `panic = "abort"`, the process
+    /// aborts).
     pub fn transform(mut self, f: impl Fn(K) -> K + Send + Sync + 'static) -> Self {
         self.transform = Some(Arc::new(f));
         self
@@ -180,7 +187,11 @@ where
         self
     }
 
-    /// A named secondary index; `f` returns the object's values, or an error message.
+    /// A named secondary index; `f` returns the object's values, or an error
+    /// message. An object whose function fails (an `Err`, or a panic, which
+    /// is caught) is still cached, under no value of this index; the failure
+    /// is logged and counted in [`InformerStats::index_errors`]. `f` must be
+    /// pure: an object's old values are recomputed to unindex it.
     pub fn index(
         mut self,
         name: impl Into<String>,
@@ -264,6 +275,11 @@ where
         };
         let reflector_arbiter =
             (self.reflector_thread && System::try_current().is_some()).then(Arbiter::new);
+        if self.reflector_thread && reflector_arbiter.is_none() {
+            tracing::warn!(
+                "reflector_thread(true) needs an actix System; the Reflector runs on this thread"
+            );
+        }
         let reflector = match &reflector_arbiter {
             Some(arbiter) => Supervisor::start_in_arbiter(&arbiter.handle(), make),
             None => Supervisor::start(make),
@@ -389,6 +405,9 @@ pub struct InformerStats {
     pub subscribers: usize,
     /// Subscribers removed because their actor stopped.
     pub subscribers_lost: u64,
+    /// Index functions that failed (returned `Err` or panicked); each such
+    /// object is cached but not indexed under that index.
+    pub index_errors: u64,
     /// Objects received by the list in progress, and the total announced (0 = unknown).
     pub list_progress: (u64, u64),
 }
@@ -489,6 +508,35 @@ pub struct Informer<K: Object> {
     inner: Arc<Shared<K>>,
 }
 
+impl<K: Object> fmt::Debug for Informer<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Informer")
+            .field("synced", &self.has_synced())
+            .field("stopped", &self.is_stopped())
+            .field(
+                "objects",
+                &self.inner.stats.indexer.objects.load(Ordering::Relaxed),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K: Object> fmt::Debug for InformerBuilder<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InformerBuilder")
+            .field("resource_url", &self.api.resource_url())
+            .field("label_selector", &self.label_selector)
+            .field("field_selector", &self.field_selector)
+            .field(
+                "indexes",
+                &self.indexes.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+            )
+            .field("default_resync", &self.default_resync)
+            .field("skip_managed_fields", &self.skip_managed_fields)
+            .finish_non_exhaustive()
+    }
+}
+
 impl<K: Object> Clone for Informer<K> {
     fn clone(&self) -> Self {
         Informer {
@@ -519,6 +567,13 @@ where
 
     /// Subscribes an actor. Before or after sync alike, it first receives the
     /// cache as `Initial` adds (SI-5), then every change; it syncs on its own (HS-2).
+    ///
+    /// Every `subscribe*` call starts the subscription's listener actor on the
+    /// calling thread, so it must be made inside an actix System or a tokio
+    /// `LocalSet` (elsewhere: [`InformerError::NoActorRuntime`]). The listener
+    /// holds a strong address of the subscriber: the actor keeps receiving
+    /// until it stops itself (`ctx.stop()`), panics, or is unsubscribed;
+    /// dropping your own `Addr` is not enough.
     pub async fn subscribe(
         &self,
         recipient: Recipient<Event<K>>,
@@ -572,6 +627,11 @@ where
     ) -> Result<Subscription<K>, InformerError> {
         if self.is_stopped() {
             return Err(InformerError::Stopped);
+        }
+        // The listener is an actor started here, on the caller's thread: from
+        // a plain tokio task that would panic inside actix.
+        if !can_start_actors() {
+            return Err(InformerError::NoActorRuntime);
         }
         let id = SubscriberId(self.inner.next_id.fetch_add(1, Ordering::Relaxed));
         let (synced_tx, synced) = watch::channel(false);
@@ -716,6 +776,7 @@ where
             },
             subscribers: s.indexer.listeners.load(Ordering::Relaxed),
             subscribers_lost: r(&s.indexer.listeners_lost),
+            index_errors: r(&s.indexer.index_errors),
             list_progress: (r(&s.reflector.list_progress), r(&s.reflector.list_total)),
         }
     }

@@ -1,6 +1,8 @@
 //! kinformer: an actor-based Kubernetes informer engine.
 //!
-//! A service builds an [`Informer`] for any `kube::Resource` from a
+//! A service builds an [`Informer`] for any `kube::Resource` that is also
+//! `Clone + DeserializeOwned + Debug + Send + Sync` (the [`Object`] bound:
+//! every k8s-openapi type, and `kube::core::DynamicObject`) from a
 //! `kube::Api<K>`, subscribes its own actix actor with
 //! [`Informer::subscribe`], and from then on receives every add, update and
 //! delete as an [`Event`], plus resync replays at the period *it* chose.
@@ -47,11 +49,18 @@ mod subscription;
 
 pub use factory::InformerFactory;
 pub use informer::{Informer, InformerBuilder, InformerError, InformerStats, WatchEnds};
+/// The engine's internals (actors, messages, state machines). The names
+/// re-exported at this crate's root are the supported API; what is only
+/// reachable through `actors` may change between minor versions.
 pub use kinformer_actors as actors;
+pub use kinformer_actors::Object;
 pub use kinformer_actors::delta_fifo::FifoOptions;
-pub use kinformer_actors::indexer::{CacheError, IndexFn, Snapshot};
+pub use kinformer_actors::indexer::{CacheError, CacheView, IndexError, IndexFn, Snapshot};
 pub use kinformer_actors::listener::{ListenerStats, OverflowPolicy, SubscriberId};
 pub use kinformer_actors::reflector::{Backoff, RequestFailure, WatchEndReason};
-pub use kinformer_actors::{Cause, DeletedObject, Event, EventBatch, ObjectKey, Tombstone};
+pub use kinformer_actors::resync::MINIMUM_RESYNC_PERIOD;
+pub use kinformer_actors::{
+    Cause, DeletedObject, Event, EventBatch, KeyError, ObjectKey, Tombstone,
+};
 pub use store::Store;
 pub use subscription::{SubscribeOptions, Subscription};

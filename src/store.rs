@@ -18,6 +18,14 @@ impl<K> Clone for Store<K> {
     }
 }
 
+impl<K> std::fmt::Debug for Store<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("objects", &self.snapshot().len())
+            .finish_non_exhaustive()
+    }
+}
+
 impl<K> Store<K> {
     pub(crate) fn new(reader: CacheReader<K>) -> Self {
         Store { reader }

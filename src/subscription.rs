@@ -94,6 +94,17 @@ pub struct Subscription<K: Object> {
     pub(crate) _informer: crate::Informer<K>,
 }
 
+impl<K: Object> std::fmt::Debug for Subscription<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscription")
+            .field("id", &self.id)
+            .field("resync_period", &self.resync_period)
+            .field("synced", &self.has_synced())
+            .field("gone", &self.is_gone())
+            .finish_non_exhaustive()
+    }
+}
+
 impl<K: Object> Subscription<K> {
     /// This subscription's id.
     pub fn id(&self) -> SubscriberId {

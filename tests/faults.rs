@@ -419,8 +419,10 @@ async fn a_stopped_informer_refuses_subscribers_and_the_factory_replaces_it() {
     let api = || kube::Api::<ConfigMap>::namespaced(client(&server), "default");
     let informer = factory.informer(api(), None, None, |b| b).unwrap();
     informer.wait_for_sync(SYNC).await.unwrap();
+    assert_eq!(factory.len(), 1);
     informer.stop().await;
     assert!(informer.is_stopped());
+    assert_eq!(factory.len(), 0, "a stopped informer is not counted");
     let (a, _log) = Recorder::start();
     assert!(matches!(
         informer
@@ -434,6 +436,53 @@ async fn a_stopped_informer_refuses_subscribers_and_the_factory_replaces_it() {
         .subscribe(a.recipient(), SubscribeOptions::default())
         .await
         .unwrap();
+    let other = factory.informer(api(), Some("app=x"), None, |b| b).unwrap();
+    assert_eq!(factory.len(), 2);
+    assert!(format!("{factory:?}").contains("running: 2"), "{factory:?}");
+    factory.stop_all().await;
+    assert!(fresh.is_stopped() && other.is_stopped());
+    assert_eq!(factory.len(), 0);
+    let again = factory.informer(api(), None, None, |b| b).unwrap();
+    assert!(!again.is_stopped());
+    assert_eq!(factory.len(), 1);
+}
+
+/// An index function that fails (an `Err` or a panic) leaves the object
+/// cached and unindexed, and is counted where a service can see it.
+#[actix::test]
+async fn failing_index_functions_are_counted_and_the_objects_cached() {
+    let server = server(10_000);
+    server.seed_configmaps("default", 6).unwrap();
+    let informer = informer(&server)
+        .index("name", |cm: &ConfigMap| {
+            let name = cm.metadata.name.clone().unwrap_or_default();
+            match name.as_bytes().last() {
+                Some(b'1') => Err("no index for this one".to_owned()),
+                Some(b'2') => panic!("an index function that panics"),
+                _ => Ok(vec![name]),
+            }
+        })
+        .start()
+        .unwrap();
+    informer.wait_for_sync(SYNC).await.unwrap();
+    let snapshot = informer.store().snapshot();
+    assert_eq!(snapshot.len(), 6);
+    let stats = informer.stats();
+    let unindexed = snapshot
+        .list()
+        .iter()
+        .filter(|cm| {
+            let name = cm.metadata.name.clone().unwrap_or_default();
+            snapshot.by_index("name", &name).unwrap().is_empty()
+        })
+        .count();
+    assert!(unindexed > 0, "the seed has names ending in 1 or 2");
+    assert_eq!(stats.index_errors, unindexed as u64);
+    assert!(
+        format!("{informer:?}").contains("synced: true"),
+        "{informer:?}"
+    );
+    informer.stop().await;
 }
 
 /// The factory shares informers by their selectors, so selectors set in
@@ -698,6 +747,27 @@ fn starting_outside_an_actor_runtime_is_an_error_not_a_panic() {
             .run_until(async {
                 let informer = informer(&server).start().expect("inside a LocalSet");
                 informer.wait_for_sync(SYNC).await.unwrap();
+                // The handle is `Send`: a subscribe from a thread without an
+                // actor runtime is the same error, not a panic in actix.
+                let (recorder, _log) = Recorder::start();
+                let elsewhere = informer.clone();
+                let outcome = std::thread::spawn(move || {
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .unwrap();
+                    rt.block_on(
+                        elsewhere.subscribe(recorder.recipient(), SubscribeOptions::default()),
+                    )
+                    .map(|_| ())
+                })
+                .join()
+                .expect("no panic");
+                assert!(matches!(
+                    outcome,
+                    Err(kinformer::InformerError::NoActorRuntime)
+                ));
+                assert_eq!(informer.stats().subscribers, 0);
                 informer.stop().await;
             })
             .await;

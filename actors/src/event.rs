@@ -18,7 +18,9 @@ pub enum Cause {
     Watch,
     /// Found by a relist after the watch broke (an add, a changed object, or a tombstone).
     Relist,
-    /// A periodic resync: the object did not change (SI-11).
+    /// A periodic resync: the object did not change (SI-11). An unchanged
+    /// object found by a relist is also a `Resync`, sent only to subscribers
+    /// whose resync sweep is in progress (SI-10), so a relist is no update storm.
     Resync,
 }
 
@@ -146,4 +148,59 @@ pub struct EventBatch<K>(pub Vec<Event<K>>);
 
 impl<K: 'static> actix::Message for EventBatch<K> {
     type Result = ();
+}
+
+/// A batch reads as the slice of its events (`len`, `iter`, indexing).
+impl<K> std::ops::Deref for EventBatch<K> {
+    type Target = [Event<K>];
+
+    fn deref(&self) -> &[Event<K>] {
+        &self.0
+    }
+}
+
+/// The events, oldest first.
+impl<K> IntoIterator for EventBatch<K> {
+    type Item = Event<K>;
+    type IntoIter = std::vec::IntoIter<Event<K>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
+    }
+}
+
+/// The events by reference, oldest first.
+impl<'a, K> IntoIterator for &'a EventBatch<K> {
+    type Item = &'a Event<K>;
+    type IntoIter = std::slice::Iter<'a, Event<K>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    fn added(name: &str) -> Event<ConfigMap> {
+        let object = crate::testing::configmap(name, "1");
+        Event::Added {
+            key: ObjectKey::of(object.as_ref()).unwrap(),
+            object,
+            cause: Cause::Watch,
+        }
+    }
+
+    #[test]
+    fn a_batch_reads_as_its_events_in_order() {
+        let batch = EventBatch(vec![added("a"), added("b")]);
+        assert_eq!(batch.len(), 2);
+        let by_ref: Vec<String> = (&batch).into_iter().map(|e| e.key().to_string()).collect();
+        assert_eq!(by_ref, ["ns/a", "ns/b"]);
+        assert_eq!(batch[1].key().as_str(), "ns/b");
+        let owned: Vec<String> = batch.into_iter().map(|e| e.key().to_string()).collect();
+        assert_eq!(owned, ["ns/a", "ns/b"]);
+    }
 }
