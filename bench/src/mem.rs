@@ -102,26 +102,15 @@ pub fn reset_rss_peak() {
     }
 }
 
-/// User plus system CPU time of this process so far (from /proc/self/stat).
+/// User plus system CPU time of this process so far, every thread
+/// included, in nanoseconds (`CLOCK_PROCESS_CPUTIME_ID`; `/proc/self/stat`
+/// counts 10 ms ticks, too coarse for a 50 ms sync).
 pub fn cpu_time() -> Duration {
-    let text = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // The command name (field 2) may contain spaces; fields after its ')' are fixed.
-    let after = text.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    // After ')': state is field 3, so utime (14) and stime (15) are at 11 and 12.
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    let total = ticks(11) + ticks(12);
-    Duration::from_secs_f64(total as f64 / clock_ticks_per_second())
-}
-
-/// `sysconf(_SC_CLK_TCK)`; 100 on every Linux configuration this runs on.
-fn clock_ticks_per_second() -> f64 {
-    100.0
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    Duration::new(
+        t.tv_sec.max(0) as u64,
+        t.tv_nsec.clamp(0, 999_999_999) as u32,
+    )
 }
 
 #[cfg(test)]
@@ -139,7 +128,20 @@ mod tests {
             x = x.wrapping_add(std::hint::black_box(1));
         }
         assert!(x > 0);
-        assert!(cpu_time() >= before);
+        assert!(cpu_time() >= before + Duration::from_millis(1));
+        // Finer than /proc's 10 ms ticks: the first change seen is small.
+        let from = cpu_time();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let mut now = cpu_time();
+        while now == from && std::time::Instant::now() < deadline {
+            x = x.wrapping_add(std::hint::black_box(1));
+            now = cpu_time();
+        }
+        assert!(
+            now > from && now - from < Duration::from_millis(5),
+            "{:?}",
+            now - from
+        );
     }
 
     #[test]

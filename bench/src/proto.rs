@@ -172,6 +172,10 @@ pub struct SubSpec {
     pub resync_secs: u64,
     /// Stall, if any.
     pub stall: Option<Stall>,
+    /// Left out of the "others" latency (the subscriber that stalls, in the
+    /// run with the stall and in the one without, so both cover the same set).
+    #[serde(default)]
+    pub not_other: bool,
 }
 
 /// What a child process runs.

@@ -267,6 +267,11 @@ async fn deliver<U: Under>(
     let writes_done = Instant::now();
     let deadline = writes_done + Duration::from_millis(timeout_ms);
     let stalled: Vec<bool> = spec.subscribers.iter().map(|s| s.stall.is_some()).collect();
+    let not_other: Vec<bool> = spec
+        .subscribers
+        .iter()
+        .map(|s| s.stall.is_some() || s.not_other)
+        .collect();
     let mut complete = false;
     while Instant::now() < deadline {
         let pending = under.pending();
@@ -293,7 +298,7 @@ async fn deliver<U: Under>(
     for (i, p) in under.probes().iter().enumerate() {
         let h = p.histogram();
         let _ = all.add(&h);
-        if stalled.get(i) != Some(&true) {
+        if not_other.get(i) != Some(&true) {
             let _ = others.add(&h);
         }
     }

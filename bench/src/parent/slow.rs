@@ -10,6 +10,7 @@ use super::{Scale, seed_churn, server};
 use crate::proto::{Policy, Stall, SubSpec, Variant};
 use crate::report::{Bar, Section, Table, fmt_summary, mib};
 use crate::stats::Summary;
+use kinformer::{FifoOptions, SubscribeOptions};
 
 const NS: &str = "churn";
 const SUBSCRIBERS: usize = 10;
@@ -116,6 +117,7 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
                 let mut subs = vec![SubSpec::default(); SUBSCRIBERS];
                 subs[0].policy = case.stalled_policy;
                 subs[0].stall = stall;
+                subs[0].not_other = true;
                 let r = paced_run(
                     &server,
                     NS,
@@ -209,7 +211,10 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
                 // What Block may hold before the watch stops: the subscriber's
                 // queue, the DeltaFIFO up to its high watermark, one batch in
                 // each hop (FifoOptions and WATCH_BATCH defaults).
-                let bound = 1024.0 + 16_384.0 + 3.0 * 256.0;
+                // (256: the Reflector's watch batch, the DeltaFIFO's batch, the listener's chunk.)
+                let bound = (SubscribeOptions::DEFAULT_CAPACITY
+                    + FifoOptions::default().high_watermark
+                    + 3 * 256) as f64;
                 let absorbed = flows.max * scale.stall_ms as f64 / 1000.0;
                 bars.push(Bar {
                     bar: "Block: memory bounded by the queue bound; stalls only what the documentation says (the watch, hence every subscriber)".into(),
