@@ -57,9 +57,7 @@ async fn main() -> anyhow::Result<()> {
             let names = tokio::task::spawn_blocking(move || store.snapshot().len()).await?;
             println!(
                 "synced: {names} ConfigMaps cached; {} delivered",
-                sub.stats()
-                    .delivered
-                    .load(std::sync::atomic::Ordering::Relaxed)
+                sub.stats().delivered
             );
             informer.stop().await;
             anyhow::Ok(())

@@ -39,12 +39,15 @@ pub struct InformerFactory {
     informers: Arc<Mutex<HashMap<InformerKey, Shared>>>,
 }
 
+/// Stops one informer of the factory (its type erased).
+type StopFn = Box<dyn Fn() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+
 /// One informer of the factory, with its type erased.
 struct Shared {
     /// The `Informer<K>`.
     informer: Box<dyn Any + Send + Sync>,
     is_stopped: Box<dyn Fn() -> bool + Send + Sync>,
-    stop: Box<dyn Fn() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>,
+    stop: StopFn,
 }
 
 impl Shared {
@@ -91,26 +94,40 @@ impl InformerFactory {
             label_selector: label_selector.map(str::to_owned),
             field_selector: field_selector.map(str::to_owned),
         };
-        let mut informers = self.lock();
-        if let Some(existing) = informers
-            .get(&key)
-            .and_then(|shared| shared.informer.downcast_ref::<Informer<K>>())
-            .filter(|i| !i.is_stopped())
-        {
-            return Ok(existing.clone());
+        if let Some(existing) = self.running::<K>(&key) {
+            return Ok(existing);
         }
-        // The key's selectors win over any `configure` set: the informer must
-        // watch what later requests for this key expect.
+        // Built without the lock held: `configure` is the caller's code, and
+        // may use the factory. The key's selectors win over any `configure`
+        // set: the informer must watch what later requests for this key expect.
         let informer = configure(Informer::builder(api))
             .selectors(
                 label_selector.map(str::to_owned),
                 field_selector.map(str::to_owned),
             )
             .start()?;
+        let mut informers = self.lock();
+        if let Some(existing) = informers
+            .get(&key)
+            .and_then(|shared| shared.informer.downcast_ref::<Informer<K>>())
+            .filter(|i| !i.is_stopped())
+        {
+            // Another request for this key won the race: this informer's only
+            // handle is dropped here, which stops it.
+            return Ok(existing.clone());
+        }
         // Stopped informers are forgotten, so the map does not keep them.
         informers.retain(|_, shared| !(shared.is_stopped)());
         informers.insert(key, Shared::new(informer.clone()));
         Ok(informer)
+    }
+
+    fn running<K: Object>(&self, key: &InformerKey) -> Option<Informer<K>> {
+        self.lock()
+            .get(key)
+            .and_then(|shared| shared.informer.downcast_ref::<Informer<K>>())
+            .filter(|i| !i.is_stopped())
+            .cloned()
     }
 
     /// How many distinct informers the factory runs (stopped ones excluded).

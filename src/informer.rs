@@ -366,8 +366,10 @@ impl WatchEnds {
     }
 }
 
-/// A snapshot of an informer's counters.
+/// A snapshot of an informer's counters (each read on its own: counters
+/// that move together may be one event apart).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct InformerStats {
     /// Objects cached.
     pub objects: usize,
@@ -405,8 +407,10 @@ pub struct InformerStats {
     pub subscribers: usize,
     /// Subscribers removed because their actor stopped.
     pub subscribers_lost: u64,
-    /// Index functions that failed (returned `Err` or panicked); each such
-    /// object is cached but not indexed under that index.
+    /// Index-function calls that failed (returned `Err` or panicked); each
+    /// such object is cached but not indexed under that index. A function
+    /// that keeps failing for an object counts again at each of its updates
+    /// and relists.
     pub index_errors: u64,
     /// Objects received by the list in progress, and the total announced (0 = unknown).
     pub list_progress: (u64, u64),
@@ -736,7 +740,9 @@ where
         self.inner.stopped.subscribe()
     }
 
-    /// The resourceVersion of the last list or processed watch event.
+    /// The resourceVersion of the last list, or of the last watch event the
+    /// DeltaFIFO accepted (client-go's `LastSyncResourceVersion`): it can be
+    /// ahead of the `Store` by the batches still queued.
     pub fn last_sync_resource_version(&self) -> String {
         self.inner.rv.borrow().clone()
     }

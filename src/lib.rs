@@ -56,11 +56,11 @@ pub use kinformer_actors as actors;
 pub use kinformer_actors::Object;
 pub use kinformer_actors::delta_fifo::FifoOptions;
 pub use kinformer_actors::indexer::{CacheError, CacheView, IndexError, IndexFn, Snapshot};
-pub use kinformer_actors::listener::{ListenerStats, OverflowPolicy, SubscriberId};
+pub use kinformer_actors::listener::{OverflowPolicy, SubscriberId};
 pub use kinformer_actors::reflector::{Backoff, RequestFailure, WatchEndReason};
 pub use kinformer_actors::resync::MINIMUM_RESYNC_PERIOD;
 pub use kinformer_actors::{
     Cause, DeletedObject, Event, EventBatch, KeyError, ObjectKey, Tombstone,
 };
 pub use store::Store;
-pub use subscription::{SubscribeOptions, Subscription};
+pub use subscription::{SubscribeOptions, Subscription, SubscriptionStats};

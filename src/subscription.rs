@@ -60,7 +60,7 @@ impl SubscribeOptions {
         self
     }
 
-    /// The queue capacity.
+    /// The queue capacity in notifications (at least 1: 0 is raised to 1).
     pub fn capacity(mut self, capacity: usize) -> Self {
         self.capacity = capacity.max(1);
         self
@@ -92,6 +92,27 @@ pub struct Subscription<K: Object> {
     pub(crate) stats: Arc<ListenerStats>,
     /// Keeps the informer (and its Reflector's supervisor) alive while subscribed.
     pub(crate) _informer: crate::Informer<K>,
+}
+
+/// A snapshot of one subscription's counters ([`Subscription::stats`]),
+/// each read on its own (a notification in transit may show in neither
+/// `pending` nor `in_flight`, or in both).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SubscriptionStats {
+    /// Notifications waiting in the subscription's queue.
+    pub pending: usize,
+    /// Notifications sent to the subscriber whose handler call has not
+    /// returned yet (at most the pipeline depth, or one batch).
+    pub in_flight: usize,
+    /// Notifications handled by the subscriber.
+    pub delivered: u64,
+    /// Of which resync notifications.
+    pub resyncs: u64,
+    /// Notifications merged away (`Coalesce`).
+    pub coalesced: u64,
+    /// The subscriber's actor stopped; the subscription ended.
+    pub gone: bool,
 }
 
 impl<K: Object> std::fmt::Debug for Subscription<K> {
@@ -135,9 +156,18 @@ impl<K: Object> Subscription<K> {
         .await
     }
 
-    /// Live counters (pending, in flight, delivered, resyncs, coalesced).
-    pub fn stats(&self) -> &ListenerStats {
-        &self.stats
+    /// A snapshot of this subscription's counters.
+    pub fn stats(&self) -> SubscriptionStats {
+        let s = &self.stats;
+        let r = std::sync::atomic::Ordering::Relaxed;
+        SubscriptionStats {
+            pending: s.pending.load(r),
+            in_flight: s.in_flight.load(r),
+            delivered: s.delivered.load(r),
+            resyncs: s.resyncs.load(r),
+            coalesced: s.coalesced.load(r),
+            gone: s.gone.load(r),
+        }
     }
 
     /// True when the subscriber's actor stopped and the listener removed itself.

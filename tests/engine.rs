@@ -80,12 +80,7 @@ async fn initial_sync_across_pages_then_changes_reach_every_subscriber_in_order(
     // The Coalesce subscriber may merge Added+Deleted of x into nothing; it
     // must have caught up and hold the same final state.
     eventually(SETTLE, "the Coalesce subscriber caught up", || {
-        sub_b
-            .stats()
-            .pending
-            .load(std::sync::atomic::Ordering::Relaxed)
-            == 0
-            && log_b.lock().unwrap().view == truth
+        sub_b.stats().pending == 0 && log_b.lock().unwrap().view == truth
     })
     .await;
     // The Block subscriber sees every change of x, in order; Coalesce may merge.
@@ -364,13 +359,7 @@ async fn stalled_coalesce_subscriber_delays_nobody_and_stays_bounded_by_keys() {
     )
     .await;
     // Pending notifications of the stalled one are bounded by keys (2 per key at most).
-    assert!(
-        stalled_sub
-            .stats()
-            .pending
-            .load(std::sync::atomic::Ordering::Relaxed)
-            <= 2 * names.len() + 1
-    );
+    assert!(stalled_sub.stats().pending <= 2 * names.len() + 1);
     gate_tx.send_replace(true);
     converges(
         &server,
@@ -449,24 +438,14 @@ async fn stalled_block_subscriber_holds_the_pipeline_with_bounded_memory() {
     eventually(
         SETTLE,
         "the pipeline fills up to the stalled subscriber",
-        || {
-            sub.stats()
-                .pending
-                .load(std::sync::atomic::Ordering::Relaxed)
-                >= 8
-                && informer.stats().queued_deltas > 0
-        },
+        || sub.stats().pending >= 8 && informer.stats().queued_deltas > 0,
     )
     .await;
     let mut max_pending = 0;
     let mut max_queued = 0;
     for _ in 0..25 {
         tokio::time::sleep(Duration::from_millis(40)).await;
-        max_pending = max_pending.max(
-            sub.stats()
-                .pending
-                .load(std::sync::atomic::Ordering::Relaxed),
-        );
+        max_pending = max_pending.max(sub.stats().pending);
         max_queued = max_queued.max(informer.stats().queued_deltas);
     }
     assert!(max_pending <= 8 + 16, "listener pending {max_pending}");
@@ -549,11 +528,7 @@ async fn the_initial_list_in_one_batch_reaches_a_stalled_block_subscriber_in_chu
     // Default options: the whole initial list is one batch for the Indexer.
     let informer = informer(&server).start().unwrap();
     let (gate_tx, sub, log) = gated_block_subscriber(&informer, false).await;
-    let pending = || {
-        sub.stats()
-            .pending
-            .load(std::sync::atomic::Ordering::Relaxed)
-    };
+    let pending = || sub.stats().pending;
     eventually(SETTLE, "the batch is applied and delivery began", || {
         informer.stats().objects == 3_000 && pending() > 0
     })
@@ -711,7 +686,7 @@ async fn skip_managed_fields_keeps_them_out_of_cache_and_events_only_when_asked(
     let skipping = informer(&server).skip_managed_fields(true).start().unwrap();
     plain.wait_for_sync(SYNC).await.unwrap();
     skipping.wait_for_sync(SYNC).await.unwrap();
-    let key = "default/tracked".into();
+    let key = kinformer::ObjectKey::from("default/tracked");
     let kept = plain.store().snapshot().get(&key).expect("cached");
     assert_eq!(kept.metadata.managed_fields.as_ref().map(Vec::len), Some(1));
     let skipped = skipping.store().snapshot().get(&key).expect("cached");
@@ -807,13 +782,7 @@ async fn batched_subscriber_sees_the_same_sequence_as_a_per_event_one_in_bounded
     eventually(
         SETTLE,
         "the batched subscriber is held with a backlog",
-        || {
-            sub_batched
-                .stats()
-                .pending
-                .load(std::sync::atomic::Ordering::Relaxed)
-                > 64
-        },
+        || sub_batched.stats().pending > 64,
     )
     .await;
     assert!(
@@ -837,13 +806,7 @@ async fn batched_subscriber_sees_the_same_sequence_as_a_per_event_one_in_bounded
         "a backlog leaves in full batches: {:?}",
         batched.batches
     );
-    assert_eq!(
-        sub_batched
-            .stats()
-            .delivered
-            .load(std::sync::atomic::Ordering::Relaxed),
-        batched.events.len() as u64
-    );
+    assert_eq!(sub_batched.stats().delivered, batched.events.len() as u64);
 }
 
 #[actix::test]
@@ -865,11 +828,7 @@ async fn pipelined_subscriber_sees_the_same_sequence_as_a_per_event_one() {
     // 1 000 initial adds, 50 adds, 1 delete: all but the 8 sent (one of
     // them handled) stay pending.
     eventually(SETTLE, "the pipelined subscriber holds a backlog", || {
-        sub_pipelined
-            .stats()
-            .pending
-            .load(std::sync::atomic::Ordering::Relaxed)
-            == 1_051 - 8
+        sub_pipelined.stats().pending == 1_051 - 8
     })
     .await;
     assert_eq!(log_pipelined.lock().unwrap().events.len(), 1);
@@ -884,10 +843,7 @@ async fn pipelined_subscriber_sees_the_same_sequence_as_a_per_event_one() {
         "same notifications, same order"
     );
     assert_eq!(
-        sub_pipelined
-            .stats()
-            .delivered
-            .load(std::sync::atomic::Ordering::Relaxed),
+        sub_pipelined.stats().delivered,
         pipelined.events.len() as u64
     );
 }

@@ -38,8 +38,12 @@ async fn factory_shares_one_informer_per_resource_namespace_and_selectors() {
     let second = factory
         .informer(api(), None, None, |b| b.page_size(1))
         .unwrap();
+    // `configure` runs without the factory's lock held: it may use the factory.
     let other = factory
-        .informer(api(), Some("app=test"), None, |b| b)
+        .informer(api(), Some("app=test"), None, |b| {
+            assert_eq!(factory.len(), 1, "{factory:?}");
+            b
+        })
         .unwrap();
     assert_eq!(factory.len(), 2);
     let (a, log_a) = Recorder::start();
@@ -819,6 +823,11 @@ async fn a_failing_list_is_reported_by_wait_for_sync() {
     eventually(SETTLE, "a failed list", || informer.stats().failures >= 2).await;
     let failure = informer.last_failure().expect("a recorded failure");
     assert_eq!(failure.request, "list");
+    assert_eq!(
+        failure.status,
+        Some(400),
+        "the server's answer, to branch on"
+    );
     assert!(failure.message.contains("BadRequest"), "{failure}");
     match informer.wait_for_sync(Duration::from_millis(100)).await {
         Err(kinformer::InformerError::SyncTimeout {
@@ -870,6 +879,7 @@ async fn a_streaming_list_cut_short_is_reported_as_the_last_failure() {
     .await;
     let failure = informer.last_failure().unwrap();
     assert_eq!(failure.request, "list");
+    assert_eq!(failure.status, None, "no error answer: the stream was cut");
     assert!(failure.message.contains("initial-events-end"), "{failure}");
     assert!(!informer.has_synced());
     server.faults().clear();

@@ -129,13 +129,18 @@ mod tests {
         }
         assert!(x > 0);
         assert!(cpu_time() >= before + Duration::from_millis(1));
-        // Finer than /proc's 10 ms ticks: the first change seen is small.
-        let from = cpu_time();
+        // Finer than /proc's 10 ms ticks: the first change seen is small
+        // (this thread's clock, so parallel tests do not add to it).
+        let thread = || {
+            let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+            Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+        };
+        let from = thread();
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        let mut now = cpu_time();
+        let mut now = thread();
         while now == from && std::time::Instant::now() < deadline {
             x = x.wrapping_add(std::hint::black_box(1));
-            now = cpu_time();
+            now = thread();
         }
         assert!(
             now > from && now - from < Duration::from_millis(5),

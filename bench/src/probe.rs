@@ -20,6 +20,7 @@ pub struct ResyncTracker {
     counts: Vec<u32>,
     last_ms: Vec<u64>,
     too_close: u64,
+    too_far: u64,
 }
 
 /// What a [`ResyncTracker`] found.
@@ -33,6 +34,9 @@ pub struct ResyncCheck {
     pub max_per_object: u32,
     /// Consecutive resyncs of one object less than half a period apart.
     pub duplicates: u64,
+    /// Consecutive resyncs of one object more than 1.5 periods apart (a
+    /// period skipped for that object).
+    pub missed: u64,
     /// Resync notifications in all.
     pub total: u64,
 }
@@ -45,6 +49,7 @@ impl ResyncTracker {
             counts: vec![0; objects],
             last_ms: vec![0; objects],
             too_close: 0,
+            too_far: 0,
         }
     }
 
@@ -54,8 +59,14 @@ impl ResyncTracker {
         else {
             return;
         };
-        if *count > 0 && now_ms.saturating_sub(*last) < self.period_ms / 2 {
-            self.too_close += 1;
+        if *count > 0 {
+            let gap = now_ms.saturating_sub(*last);
+            if gap < self.period_ms / 2 {
+                self.too_close += 1;
+            }
+            if gap > self.period_ms + self.period_ms / 2 {
+                self.too_far += 1;
+            }
         }
         *count += 1;
         *last = now_ms;
@@ -68,6 +79,7 @@ impl ResyncTracker {
             min_per_object: self.counts.iter().copied().min().unwrap_or(0),
             max_per_object: self.counts.iter().copied().max().unwrap_or(0),
             duplicates: self.too_close,
+            missed: self.too_far,
             total: self.counts.iter().map(|&c| u64::from(c)).sum(),
         }
     }
@@ -78,6 +90,8 @@ pub struct Probe {
     recording: AtomicBool,
     begin: Mutex<Option<Instant>>,
     latency: Mutex<Histogram<u64>>,
+    /// Latencies of the updates handled while a resync sweep was in progress.
+    sweep_latency: Mutex<Histogram<u64>>,
     /// Initial adds (kinformer) or objects before `begin` (kube-runtime).
     pub initial: AtomicU64,
     /// Timestamped updates since `begin`.
@@ -103,6 +117,13 @@ pub struct Probe {
     /// Non-zero: count-only mode (see [`Probe::count_to`]).
     count_to: u64,
 }
+
+/// Wall-clock ns of the last resync notification any subscriber of this
+/// process received: an update handled within [`SWEEP_WINDOW_NS`] of it was
+/// handled while a resync sweep was in progress.
+static LAST_RESYNC_NS: AtomicU64 = AtomicU64::new(0);
+/// See [`LAST_RESYNC_NS`].
+const SWEEP_WINDOW_NS: u64 = 20_000_000;
 
 /// Latencies above this are kept with their write time (to see when tails happen).
 const OUTLIER_US: u64 = 5_000;
@@ -139,6 +160,7 @@ impl Probe {
             recording: AtomicBool::new(false),
             begin: Mutex::new(None),
             latency: Mutex::new(latency_histogram()),
+            sweep_latency: Mutex::new(latency_histogram()),
             initial: AtomicU64::new(0),
             stamped: AtomicU64::new(0),
             other: AtomicU64::new(0),
@@ -179,8 +201,10 @@ impl Probe {
         ] {
             c.store(0, Ordering::SeqCst);
         }
-        if let Ok(mut h) = self.latency.lock() {
-            h.reset();
+        for h in [&self.latency, &self.sweep_latency] {
+            if let Ok(mut h) = h.lock() {
+                h.reset();
+            }
         }
         if let Ok(mut o) = self.outliers.lock() {
             o.clear();
@@ -238,8 +262,14 @@ impl Probe {
         if !self.is_recording() {
             return;
         }
-        let micros = now_nanos().saturating_sub(written_ns) / 1_000;
+        let now = now_nanos();
+        let micros = now.saturating_sub(written_ns) / 1_000;
         if let Ok(mut h) = self.latency.lock() {
+            let _ = h.record(micros.max(1));
+        }
+        if now.saturating_sub(LAST_RESYNC_NS.load(Ordering::Relaxed)) < SWEEP_WINDOW_NS
+            && let Ok(mut h) = self.sweep_latency.lock()
+        {
             let _ = h.record(micros.max(1));
         }
         if micros > OUTLIER_US
@@ -266,6 +296,7 @@ impl Probe {
             return;
         }
         self.resyncs.fetch_add(1, Ordering::Relaxed);
+        LAST_RESYNC_NS.store(now_nanos(), Ordering::Relaxed);
         if let (Some(tracker), Some(index), Some(begin)) = (&self.resync, index, self.began())
             && let Ok(mut t) = tracker.lock()
         {
@@ -276,6 +307,14 @@ impl Probe {
     /// Latencies above 5 ms: (write time in wall-clock ns, latency in µs), the first 200.
     pub fn outliers(&self) -> Vec<(u64, u64)> {
         self.outliers.lock().map(|o| o.clone()).unwrap_or_default()
+    }
+
+    /// A copy of the histogram of updates handled during resync sweeps.
+    pub fn sweep_histogram(&self) -> Histogram<u64> {
+        self.sweep_latency
+            .lock()
+            .map(|h| h.clone())
+            .unwrap_or_else(|_| latency_histogram())
     }
 
     /// A copy of the latency histogram.
@@ -318,10 +357,11 @@ mod tests {
             t.record(i, 2_000);
         }
         t.record(1, 2_100);
+        t.record(2, 3_600);
         t.record(99, 0);
         let c = t.check();
         assert_eq!((c.min_per_object, c.max_per_object), (2, 3));
-        assert_eq!((c.duplicates, c.total), (1, 7));
+        assert_eq!((c.duplicates, c.missed, c.total), (1, 1, 8));
     }
 
     #[test]

@@ -243,29 +243,20 @@ impl Registry {
                 let name = sub.name.clone();
                 if let Some(subscription) = sub.subscription().as_ref() {
                     let ls = subscription.stats();
-                    let pending = ls.pending.load(Ordering::Relaxed) as f64;
+                    let pending = ls.pending as f64;
                     gauge!("kinformer_queue_depth", "informer" => inf.clone(), "actor" => "listener", "subscriber" => name.clone())
                         .set(pending);
                     gauge!("kinformer_subscriber_pending", "informer" => inf.clone(), "subscriber" => name.clone())
                         .set(pending);
                     gauge!("kinformer_subscriber_in_flight", "informer" => inf.clone(), "subscriber" => name.clone())
-                        .set(ls.in_flight.load(Ordering::Relaxed) as f64);
+                        .set(ls.in_flight as f64);
                     let sc = |metric: &'static str, v: u64| {
                         counter!(metric, "informer" => inf.clone(), "subscriber" => name.clone())
                             .absolute(v);
                     };
-                    sc(
-                        "kinformer_subscriber_delivered_total",
-                        ls.delivered.load(Ordering::Relaxed),
-                    );
-                    sc(
-                        "kinformer_subscriber_coalesced_total",
-                        ls.coalesced.load(Ordering::Relaxed),
-                    );
-                    sc(
-                        "kinformer_subscriber_resyncs_total",
-                        ls.resyncs.load(Ordering::Relaxed),
-                    );
+                    sc("kinformer_subscriber_delivered_total", ls.delivered);
+                    sc("kinformer_subscriber_coalesced_total", ls.coalesced);
+                    sc("kinformer_subscriber_resyncs_total", ls.resyncs);
                     gauge!("kinformer_subscriber_synced", "informer" => inf.clone(), "subscriber" => name.clone())
                         .set(f64::from(u8::from(subscription.has_synced())));
                 }

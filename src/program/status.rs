@@ -3,7 +3,6 @@
 //! summary. When stdout is not a terminal, plain lines instead of bars.
 
 use std::io::IsTerminal;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -206,11 +205,11 @@ fn subscriber_status(sub: &SubscriberView) -> String {
             format!(
                 "resync {}: pending {}, in flight {}, delivered {}, resyncs {}, coalesced {}",
                 humantime::format_duration(subscription.resync_period()),
-                ls.pending.load(Ordering::Relaxed),
-                ls.in_flight.load(Ordering::Relaxed),
-                ls.delivered.load(Ordering::Relaxed),
-                ls.resyncs.load(Ordering::Relaxed),
-                ls.coalesced.load(Ordering::Relaxed),
+                ls.pending,
+                ls.in_flight,
+                ls.delivered,
+                ls.resyncs,
+                ls.coalesced,
             )
         }
         None => "stopped".into(),

@@ -195,8 +195,7 @@ impl<K: Object> Under for KinUnder<K> {
             .map(|s| {
                 // Not yet handled: queued, plus sent and not yet returned.
                 let stats = s.stats();
-                stats.pending.load(std::sync::atomic::Ordering::Relaxed)
-                    + stats.in_flight.load(std::sync::atomic::Ordering::Relaxed)
+                stats.pending + stats.in_flight
             })
             .collect()
     }

@@ -266,7 +266,12 @@ async fn deliver<U: Under>(
     };
     let writes_done = Instant::now();
     let deadline = writes_done + Duration::from_millis(timeout_ms);
-    let stalled: Vec<bool> = spec.subscribers.iter().map(|s| s.stall.is_some()).collect();
+    // A coalescing subscriber may see fewer updates than were written (merged).
+    let may_merge: Vec<bool> = spec
+        .subscribers
+        .iter()
+        .map(|s| s.stall.is_some() || s.policy == crate::proto::Policy::Coalesce)
+        .collect();
     let not_other: Vec<bool> = spec
         .subscribers
         .iter()
@@ -279,7 +284,7 @@ async fn deliver<U: Under>(
             let r = p.report();
             // A coalescing subscriber may see fewer updates: done when its queue is empty.
             r.stamped >= stamped
-                || (stalled.get(i) == Some(&true)
+                || (may_merge.get(i) == Some(&true)
                     && pending.get(i) == Some(&0)
                     && writes_done.elapsed() > Duration::from_secs(1))
         });
@@ -295,9 +300,11 @@ async fn deliver<U: Under>(
     let reports: Vec<ProbeReport> = under.probes().iter().map(|p| p.report()).collect();
     let mut all = latency_histogram();
     let mut others = latency_histogram();
+    let mut in_sweeps = latency_histogram();
     for (i, p) in under.probes().iter().enumerate() {
         let h = p.histogram();
         let _ = all.add(&h);
+        let _ = in_sweeps.add(p.sweep_histogram());
         if not_other.get(i) != Some(&true) {
             let _ = others.add(&h);
         }
@@ -329,6 +336,7 @@ async fn deliver<U: Under>(
             "first_to_last_ms": last.saturating_sub(first) as f64 / 1e6,
             "latency_all": Latency::of(&all),
             "latency_others": Latency::of(&others),
+            "latency_in_sweeps": Latency::of(&in_sweeps),
             "heap_begin": heap_begin,
             "heap_peak": sampler.peak(),
             "heap_end": heap_now(),

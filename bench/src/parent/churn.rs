@@ -116,11 +116,11 @@ fn drain_run(
     let secs = report["first_to_last_ms"].as_f64().unwrap_or(0.0) / 1000.0;
     // A drain in which some subscriber missed an update has no rate.
     let complete = report["complete"] == true;
-    report["drain_events_per_s"] = json!(if complete && secs > 0.0 {
-        written as f64 / secs
+    report["drain_events_per_s"] = if complete && secs > 0.0 {
+        json!(written as f64 / secs)
     } else {
-        0.0
-    });
+        Value::Null
+    };
     Ok(report)
 }
 
@@ -280,7 +280,15 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
                     ds.len()
                 ),
             ]);
-            if kinformer && !ds.is_empty() && krt > 0.0 {
+            // NaN (no complete kube-runtime drain) is not a rate to compare with.
+            let krt_known = krt.is_finite() && krt > 0.0;
+            if kinformer && !ds.is_empty() && !krt_known {
+                rate_ok = false;
+                rate_d.push(format!(
+                    "{subs} subscribers, {}: no complete kube-runtime drain to compare with",
+                    v.label()
+                ));
+            } else if kinformer && !ds.is_empty() {
                 rate_ok &= rate.median >= 2.0 * krt;
                 rate_d.push(format!(
                     "{subs} subscribers, {}: {}",

@@ -82,7 +82,9 @@ impl Scale {
             stall_tail_ms: 5_000,
             relist_objects: 100_000,
             resync_objects: 100_000,
-            resync_periods: vec![10, 10, 15, 15, 20, 20, 30, 30, 60, 0],
+            // Every period at most half the 60 s measured, so each subscriber must show
+            // at least one full period between two resyncs of every object.
+            resync_periods: vec![10, 10, 15, 15, 20, 20, 30, 30, 30, 0],
             resync_secs: 60.0,
             only: None,
             sync_kinds: vec![Kind::ConfigMap, Kind::Pod],
@@ -187,7 +189,7 @@ pub fn spec(
         objects,
         page_size: 500,
         subscribers,
-        capacity: 1024,
+        capacity: kinformer::SubscribeOptions::DEFAULT_CAPACITY,
         count_to: 0,
     }
 }

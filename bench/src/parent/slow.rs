@@ -147,6 +147,7 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
         let stalled_p99 = Summary::of(pairs.iter().map(|(_, s)| p99_of(s)));
         // Per-repetition ratios: their median is the verdict's figure.
         let ratios = Summary::of(pairs.iter().map(|(b, s)| p99_of(s) / p99_of(b)));
+        let pairs_n = pairs.len();
         let flows = Summary::of(pairs.iter().map(|(_, s)| watch_rate(s, from, to)));
         // Coalesce must keep the watch flowing in every repetition; Block is judged on the most it took in.
         let flow = flows.min;
@@ -188,7 +189,12 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
             (true, Policy::Coalesce) => {
                 bars.push(Bar {
                     bar: "others' p99 within 1.2× of the run without a stall, watch keeps flowing (Coalesce)".into(),
-                    met: Some(ratios.median <= 1.2 && flow >= 0.8 * scale.rate),
+                    met: Some(
+                        ratios.n > 0
+                            && ratios.n == pairs_n
+                            && ratios.median <= 1.2
+                            && flow >= 0.8 * scale.rate,
+                    ),
                     detail: format!(
                         "p99 ratio {}× (median of {} repetitions; p99 {} µs vs {} µs); watch at least {flow:.0} events/s during the stall",
                         fmt_summary(&ratios, 2),
@@ -220,8 +226,10 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
                     bar: "Block: memory bounded by the queue bound; stalls only what the documentation says (the watch, hence every subscriber)".into(),
                     met: Some(absorbed <= bound),
                     detail: format!(
-                        "{absorbed:.0} events taken in during the stall (bound: capacity 1024 + DeltaFIFO high watermark 16 384 + one batch per hop = {bound:.0}), \
-                         then the watch stops; heap growth {:.1} MiB; stalled subscriber's queue peaked at {queue:.0} (1024 + one parked Deliver batch); others' p99 {} µs",
+                        "{absorbed:.0} events taken in during the stall (bound: capacity {} + DeltaFIFO high watermark {} + one batch per hop = {bound:.0}), \
+                         then the watch stops; heap growth {:.1} MiB; stalled subscriber's queue peaked at {queue:.0} (its capacity + one parked Deliver batch); others' p99 {} µs",
+                        SubscribeOptions::DEFAULT_CAPACITY,
+                        FifoOptions::default().high_watermark,
                         mib(growth),
                         fmt_summary(&stalled_p99, 0)
                     ),
@@ -249,7 +257,8 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
              the child samples its live heap, the watch events received and each kinformer subscriber's queue length. Other \
              kinformer subscribers use `Block` (capacity 1024). Each repetition runs the case without and with the stall, \
              in alternating order; p99 cells are medians [min–max] over the repetitions, the ratio is the median of the \
-             per-repetition ratios, the watch rate the lowest, heap growth and queue the highest."
+             per-repetition ratios, heap growth and queue the highest; the Coalesce bar takes the lowest watch rate, the \
+             Block bar the highest."
                 .into(),
         ],
         tables: vec![table],

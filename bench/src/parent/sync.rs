@@ -43,12 +43,16 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
         method: vec![
             "Each informer runs alone in a child process against the embedded API server (in the parent) over loopback HTTP; \
              lists are paginated (page size 500) unless marked streaming. kinformer has one subscriber (it receives every \
-             initial add); kube-runtime is `watcher()` + `reflector()` with its stream drained. Time to synced: kinformer's \
+             initial add, on the informer's one actix thread); kube-runtime is `watcher()` + `reflector()` with its stream \
+             drained, on a 2-worker tokio runtime, without subscribers (its shared store would dispatch only after ready). Time to synced: kinformer's \
              `wait_for_sync`, kube-runtime's `Store::wait_until_ready`. Peak heap: live heap (counting allocator) sampled every \
              1 ms from start to synced, minus the baseline before the informer started. Steady bytes per object: live heap 0.5 s \
-             after sync, minus the baseline, divided by the objects. Peak RSS: VmHWM (reset at start). Decode-only: the same \
+             after the subscriber synced, minus the baseline, divided by the objects. CPU to synced: process CPU \
+             (CLOCK_PROCESS_CPUTIME_ID) until the subscriber synced. Peak RSS: VmHWM (reset at start). Decode-only: the same \
              pages fetched as text, then only decoded with `serde_json::from_str::<ObjectList<K>>` (kube-client's path), best of \
-             two passes, in a child of its own; sync / decode-only compares the informer's objects per second with it."
+             two passes, in a child of its own; sync / decode-only compares the informer's objects per second with it. \
+             Fetch-only: that child's sequential fetch loop (kube-client's `request_text`, each page kept, one decode per page \
+             for its continue token) minus its best decode pass: an estimate of the client's fetch path, not of the server alone."
                 .into(),
             "Cells are medians with [min–max] over the repetitions; the order of the informers alternates between repetitions."
                 .into(),
