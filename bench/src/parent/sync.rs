@@ -135,7 +135,7 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
             "Bytes",
             "Decode-only objects/s",
             "MB/s",
-            "Fetch-only objects/s (server + HTTP, no decode)",
+            "Fetch-only objects/s (kube-client sequential fetch, decode subtracted)",
         ],
     );
     let (mut time_ok, mut peak_ok, mut steady_ok, mut tput_ok) = (true, true, true, true);
