@@ -496,6 +496,23 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
         });
     }
 
+    /// The events of the next [`CHUNK`] keys of `keys` from `pos`, from the
+    /// cache as it is now (keys no longer cached are skipped), the position
+    /// after them, and whether that is the end of the list.
+    fn read_chunk(
+        &self,
+        keys: &KeyList<K>,
+        pos: usize,
+        event: impl Fn(ObjectKey, Arc<K>) -> Event<K>,
+    ) -> (Vec<Event<K>>, usize, bool) {
+        keys.chunk(pos, CHUNK, |chunk| {
+            chunk
+                .iter()
+                .filter_map(|k| self.cache.get(k).map(|o| event(k.clone(), o)))
+                .collect()
+        })
+    }
+
     /// Frees one slice of a key list no longer in use.
     fn free_a_slice(&mut self) {
         if let Some(keys) = self.released.last_mut() {
@@ -538,17 +555,10 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
         };
         // The cache as of the moment the replay starts; deltas wait until it ends.
         let keys = keys.unwrap_or_else(|| KeyList::of(&self.cache));
-        let (evs, end, done) = keys.chunk(pos, CHUNK, |chunk| {
-            chunk
-                .iter()
-                .filter_map(|k| {
-                    self.cache.get(k).map(|o| Event::Added {
-                        key: k.clone(),
-                        object: o,
-                        cause: Cause::Initial,
-                    })
-                })
-                .collect::<Vec<Event<K>>>()
+        let (evs, end, done) = self.read_chunk(&keys, pos, |key, object| Event::Added {
+            key,
+            object,
+            cause: Cause::Initial,
         });
         self.distribute(vec![(id, addr, evs)], ctx, move |act, _| {
             if !act.replaying.contains_key(&id) {
@@ -597,18 +607,11 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
                     i += 1;
                 }
             }
-            let (evs, end, done) = keys.chunk(pos, CHUNK, |chunk| {
-                chunk
-                    .iter()
-                    .filter_map(|k| {
-                        self.cache.get(k).map(|o| Event::Updated {
-                            key: k.clone(),
-                            old: o.clone(),
-                            new: o,
-                            cause: Cause::Resync,
-                        })
-                    })
-                    .collect::<Vec<Event<K>>>()
+            let (evs, end, done) = self.read_chunk(&keys, pos, |key, o| Event::Updated {
+                key,
+                old: o.clone(),
+                new: o,
+                cause: Cause::Resync,
             });
             for sweep in group {
                 let Some(addr) = self.listeners.get(&sweep.id).cloned() else {
