@@ -17,7 +17,9 @@
 //!   each subscriber's sweep advances at the pace it takes it (a stalled
 //!   subscriber slows only its own, by up to
 //!   [`RESYNC_HOLD_MAX`](crate::listener::RESYNC_HOLD_MAX) per chunk), never
-//!   makes a real change wait, and is never stopped. It pauses only
+//!   puts a real change behind a queued resync, and is never stopped. Its
+//!   keys are listed a slice at a time, and each step runs real work first
+//!   and builds one sweep chunk at most. It pauses only
 //!   while a batch is partly handed out (a full `Block` listener holds the
 //!   rest, which holds every listener anyway): a resync read from the cache
 //!   then could reach a subscriber before the change it shows.
