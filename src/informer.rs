@@ -749,7 +749,7 @@ where
 
     /// The read-only cache, with its indexes.
     pub fn store(&self) -> Store<K> {
-        Store::new(self.inner.reader.clone())
+        Store::new(self.inner.reader.clone(), self.inner.synced.clone())
     }
 
     /// The informer's counters.

@@ -1,6 +1,7 @@
 //! The read-only view of an informer's cache.
 
 use kinformer_actors::indexer::{CacheReader, Snapshot};
+use tokio::sync::watch;
 
 /// Reads the informer's cache from any thread without blocking the engine.
 ///
@@ -8,12 +9,14 @@ use kinformer_actors::indexer::{CacheReader, Snapshot};
 /// the Indexer last published it; use one snapshot for several related reads.
 pub struct Store<K> {
     reader: CacheReader<K>,
+    synced: watch::Receiver<bool>,
 }
 
 impl<K> Clone for Store<K> {
     fn clone(&self) -> Self {
         Store {
             reader: self.reader.clone(),
+            synced: self.synced.clone(),
         }
     }
 }
@@ -22,13 +25,20 @@ impl<K> std::fmt::Debug for Store<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store")
             .field("objects", &self.snapshot().len())
+            .field("synced", &self.has_synced())
             .finish_non_exhaustive()
     }
 }
 
 impl<K> Store<K> {
-    pub(crate) fn new(reader: CacheReader<K>) -> Self {
-        Store { reader }
+    pub(crate) fn new(reader: CacheReader<K>, synced: watch::Receiver<bool>) -> Self {
+        Store { reader, synced }
+    }
+
+    /// True once the informer's initial list is in the cache (its
+    /// `has_synced`): a snapshot taken before is partial. Latched.
+    pub fn has_synced(&self) -> bool {
+        *self.synced.borrow()
     }
 
     /// The cache as last published: `get`, `list`, `by_index`, `index_keys`, ...

@@ -469,6 +469,7 @@ async fn failing_index_functions_are_counted_and_the_objects_cached() {
         .start()
         .unwrap();
     informer.wait_for_sync(SYNC).await.unwrap();
+    assert!(informer.store().has_synced());
     let snapshot = informer.store().snapshot();
     assert_eq!(snapshot.len(), 6);
     let stats = informer.stats();
@@ -822,6 +823,10 @@ async fn a_failing_list_is_reported_by_wait_for_sync() {
         .unwrap();
     eventually(SETTLE, "a failed list", || informer.stats().failures >= 2).await;
     let failure = informer.last_failure().expect("a recorded failure");
+    assert!(
+        !informer.store().has_synced(),
+        "a store read elsewhere can tell"
+    );
     assert_eq!(failure.request, "list");
     assert_eq!(
         failure.status,
