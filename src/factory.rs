@@ -36,31 +36,29 @@ struct InformerKey {
 /// the informer is stopped through one of its handles.
 #[derive(Clone, Default)]
 pub struct InformerFactory {
-    informers: Arc<Mutex<HashMap<InformerKey, Shared>>>,
+    informers: Arc<Mutex<HashMap<InformerKey, Box<dyn Shared>>>>,
 }
-
-/// Stops one informer of the factory (its type erased).
-type StopFn = Box<dyn Fn() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
 /// One informer of the factory, with its type erased.
-struct Shared {
-    /// The `Informer<K>`.
-    informer: Box<dyn Any + Send + Sync>,
-    is_stopped: Box<dyn Fn() -> bool + Send + Sync>,
-    stop: StopFn,
+trait Shared: Send + Sync {
+    /// The `Informer<K>`, to downcast.
+    fn as_any(&self) -> &dyn Any;
+    fn is_stopped(&self) -> bool;
+    fn stop(&self) -> Pin<Box<dyn Future<Output = ()> + Send>>;
 }
 
-impl Shared {
-    fn new<K: Object>(informer: Informer<K>) -> Self {
-        let (watched, stopped) = (informer.clone(), informer.clone());
-        Shared {
-            informer: Box::new(informer),
-            is_stopped: Box::new(move || watched.is_stopped()),
-            stop: Box::new(move || {
-                let informer = stopped.clone();
-                Box::pin(async move { informer.stop().await })
-            }),
-        }
+impl<K: Object> Shared for Informer<K> {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn is_stopped(&self) -> bool {
+        Informer::is_stopped(self)
+    }
+
+    fn stop(&self) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        let informer = self.clone();
+        Box::pin(async move { informer.stop().await })
     }
 }
 
@@ -109,7 +107,7 @@ impl InformerFactory {
         let mut informers = self.lock();
         if let Some(existing) = informers
             .get(&key)
-            .and_then(|shared| shared.informer.downcast_ref::<Informer<K>>())
+            .and_then(|shared| shared.as_any().downcast_ref::<Informer<K>>())
             .filter(|i| !i.is_stopped())
         {
             // Another request for this key won the race: this informer's only
@@ -117,35 +115,35 @@ impl InformerFactory {
             return Ok(existing.clone());
         }
         // Stopped informers are forgotten, so the map does not keep them.
-        informers.retain(|_, shared| !(shared.is_stopped)());
-        informers.insert(key, Shared::new(informer.clone()));
+        informers.retain(|_, shared| !shared.is_stopped());
+        informers.insert(key, Box::new(informer.clone()));
         Ok(informer)
     }
 
     fn running<K: Object>(&self, key: &InformerKey) -> Option<Informer<K>> {
         self.lock()
             .get(key)
-            .and_then(|shared| shared.informer.downcast_ref::<Informer<K>>())
+            .and_then(|shared| shared.as_any().downcast_ref::<Informer<K>>())
             .filter(|i| !i.is_stopped())
             .cloned()
     }
 
     /// How many distinct informers the factory runs (stopped ones excluded).
     pub fn len(&self) -> usize {
-        self.lock().values().filter(|s| !(s.is_stopped)()).count()
+        self.lock().values().filter(|s| !s.is_stopped()).count()
     }
 
     /// Stops every informer the factory started and forgets them; handles
     /// held elsewhere then answer [`InformerError::Stopped`]. Later requests
     /// start new informers.
     pub async fn stop_all(&self) {
-        let stops: Vec<_> = self.lock().drain().map(|(_, s)| (s.stop)()).collect();
+        let stops: Vec<_> = self.lock().drain().map(|(_, s)| s.stop()).collect();
         for stop in stops {
             stop.await;
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<InformerKey, Shared>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<InformerKey, Box<dyn Shared>>> {
         self.informers
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
