@@ -9,13 +9,14 @@ use kinformer_actors::indexer::{Indexer, Unsubscribe};
 use kinformer_actors::listener::{
     Listener, ListenerStats, OverflowPolicy, StopListener, SubscriberId,
 };
-use kinformer_actors::resync::{CancelResync, ResyncTimer};
+use kinformer_actors::resync::{CancelResync, ResyncTimer, ScheduleResync};
 use tokio::sync::watch;
 
 use crate::informer::InformerError;
 
 /// How one subscriber wants to be served.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct SubscribeOptions {
     /// Resync period; `None` takes the informer's default, `Some(ZERO)` never resyncs.
     pub resync: Option<Duration>,
@@ -135,6 +136,28 @@ impl<K: Object> Subscription<K> {
     /// The resync period in force (`ZERO` = never).
     pub fn resync_period(&self) -> Duration {
         self.resync_period
+    }
+
+    /// Changes the resync period (`ZERO` = never; below
+    /// [`MINIMUM_RESYNC_PERIOD`](crate::MINIMUM_RESYNC_PERIOD) is raised to
+    /// it) and answers the period now in force. The next resync comes one new
+    /// period from now; a sweep already under way finishes.
+    /// `SubscriberGone` when the subscriber's actor stopped, `Stopped` when
+    /// the informer did.
+    pub async fn set_resync_period(&mut self, period: Duration) -> Result<Duration, InformerError> {
+        if self.is_gone() {
+            return Err(InformerError::SubscriberGone);
+        }
+        let period = self
+            .resync
+            .send(ScheduleResync {
+                id: self.id,
+                period,
+            })
+            .await
+            .map_err(|_| InformerError::Stopped)?;
+        self.resync_period = period;
+        Ok(period)
     }
 
     /// True once the informer synced and this subscriber handled its initial adds (HS-2).

@@ -263,6 +263,74 @@ async fn each_subscriber_resyncs_at_its_own_period() {
 }
 
 #[actix::test]
+async fn a_subscriber_changes_its_resync_period_after_subscribing() {
+    let server = server(10_000);
+    server.seed_configmaps("default", 5).unwrap();
+    let informer = informer(&server).start().unwrap();
+    let (changing, changing_log) = Recorder::start();
+    let (steady, steady_log) = Recorder::start();
+    let mut sub = informer
+        .subscribe(
+            changing.recipient(),
+            SubscribeOptions::default().resync(Duration::ZERO),
+        )
+        .await
+        .unwrap();
+    let _steady = informer
+        .subscribe(
+            steady.recipient(),
+            SubscribeOptions::default().resync(Duration::from_secs(1)),
+        )
+        .await
+        .unwrap();
+    informer.wait_for_sync(SYNC).await.unwrap();
+    let resyncs = |log: &std::sync::Arc<std::sync::Mutex<Log>>| {
+        log.lock().unwrap().count(|s| s.cause == Cause::Resync)
+    };
+
+    // Below the minimum is raised to it, as at subscribe time.
+    let period = sub
+        .set_resync_period(Duration::from_millis(10))
+        .await
+        .unwrap();
+    assert_eq!(period, kinformer::MINIMUM_RESYNC_PERIOD);
+    assert_eq!(sub.resync_period(), period);
+    eventually(
+        Duration::from_secs(10),
+        "resyncs once a period is set",
+        || resyncs(&changing_log) >= 5,
+    )
+    .await;
+
+    // Back to never: while the steady subscriber gets two more sweeps, this
+    // one gets at most the sweep that was under way.
+    assert_eq!(
+        sub.set_resync_period(Duration::ZERO).await.unwrap(),
+        Duration::ZERO
+    );
+    let (before, steady_before) = (resyncs(&changing_log), resyncs(&steady_log));
+    eventually(
+        Duration::from_secs(10),
+        "the steady subscriber's next two sweeps",
+        || resyncs(&steady_log) >= steady_before + 10,
+    )
+    .await;
+    let after = resyncs(&changing_log);
+    assert!(
+        after <= before + 5,
+        "resynced {} more times after the period was set to never",
+        after - before
+    );
+    assert_eq!(after % 5, 0, "a sweep replays every object exactly once");
+
+    informer.stop().await;
+    assert!(matches!(
+        sub.set_resync_period(Duration::from_secs(5)).await,
+        Err(kinformer::InformerError::Stopped)
+    ));
+}
+
+#[actix::test]
 async fn late_subscriber_gets_a_replay_and_its_own_sync_state() {
     let server = server(10_000);
     server.seed_configmaps("default", 300).unwrap();
@@ -371,12 +439,12 @@ async fn stalled_coalesce_subscriber_delays_nobody_and_stays_bounded_by_keys() {
 
 /// Small DeltaFIFO batches and a low high watermark (64 deltas), so a stalled
 /// subscriber's back-pressure shows within a few hundred events.
-const SMALL_FIFO: kinformer::actors::delta_fifo::FifoOptions =
-    kinformer::actors::delta_fifo::FifoOptions {
-        batch_size: 16,
-        initial_batch_size: 16,
-        high_watermark: 64,
-    };
+fn small_fifo() -> kinformer::FifoOptions {
+    kinformer::FifoOptions::default()
+        .batch_size(16)
+        .initial_batch_size(16)
+        .high_watermark(64)
+}
 
 /// A `Block` subscriber (capacity 8) whose handler calls wait while its gate is closed.
 async fn gated_block_subscriber(
@@ -405,7 +473,10 @@ async fn gated_block_subscriber(
 async fn stalled_block_subscriber_holds_the_pipeline_with_bounded_memory() {
     let server = server(100_000);
     server.seed_configmaps("default", 10).unwrap();
-    let informer = informer(&server).fifo_options(SMALL_FIFO).start().unwrap();
+    let informer = informer(&server)
+        .fifo_options(small_fifo())
+        .start()
+        .unwrap();
     let (gate_tx, sub, log) = gated_block_subscriber(&informer, true).await;
     informer.wait_for_sync(SYNC).await.unwrap();
     // A full Block subscriber holds the whole informer back (that is its contract).
@@ -476,7 +547,7 @@ async fn relists_against_a_stalled_block_subscriber_do_not_pile_up() {
             Duration::from_millis(10),
             Duration::from_secs(120),
         ))
-        .fifo_options(SMALL_FIFO)
+        .fifo_options(small_fifo())
         .start()
         .unwrap();
     let (gate_tx, _sub, log) = gated_block_subscriber(&informer, true).await;

@@ -42,11 +42,12 @@ pub fn start_informer(
             engine.backoff.cap,
             engine.backoff.reset_after,
         ))
-        .fifo_options(FifoOptions {
-            batch_size: engine.fifo.batch_size,
-            initial_batch_size: engine.fifo.initial_batch_size,
-            high_watermark: engine.fifo.high_watermark,
-        })
+        .fifo_options(
+            FifoOptions::default()
+                .batch_size(engine.fifo.batch_size)
+                .initial_batch_size(engine.fifo.initial_batch_size)
+                .high_watermark(engine.fifo.high_watermark),
+        )
         .default_resync(engine.default_resync)
         .read_timeout(engine.read_timeout)
         .min_watch_timeout(engine.min_watch_timeout)

@@ -71,6 +71,7 @@ pub struct FifoStats {
 
 /// Tuning of the DeltaFIFO actor.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct FifoOptions {
     /// Most keys handed to the Indexer in one batch.
     pub batch_size: usize,
@@ -95,6 +96,24 @@ impl Default for FifoOptions {
 }
 
 impl FifoOptions {
+    /// Most keys handed to the Indexer in one batch.
+    pub const fn batch_size(mut self, batch_size: usize) -> Self {
+        self.batch_size = batch_size;
+        self
+    }
+
+    /// Most keys per batch until the initial list is processed.
+    pub const fn initial_batch_size(mut self, initial_batch_size: usize) -> Self {
+        self.initial_batch_size = initial_batch_size;
+        self
+    }
+
+    /// Queued deltas above which the Reflector is held back.
+    pub const fn high_watermark(mut self, high_watermark: usize) -> Self {
+        self.high_watermark = high_watermark;
+        self
+    }
+
     /// The options with batch sizes ≥ 1 and `high_watermark ≥ batch_size`
     /// (a zero batch would never pop; a zero watermark never answer).
     pub fn sanitized(self) -> Self {
