@@ -55,9 +55,10 @@ const CHUNK: usize = 256;
 
 /// Most sweeps making progress at once. Each sweep in progress keeps its
 /// listener and its subscriber busy, and a real change waits for every busy
-/// task's turn at each hop: with nine sweeps at once, the p99 of real
-/// changes during sweeps was 2.7× its baseline, with one 1.6–2.0×
-/// (BENCHMARKS.md, workload 5). The others wait their turn, oldest first.
+/// task's turn at each hop. With all sweeps at once, the p99 of real
+/// changes during sweeps was 2.7–6.5× its baseline over five runs (median
+/// 3.2×); with one at a time, median 2.1× over three (BENCHMARKS.md,
+/// workload 5). The others wait their turn, oldest first.
 const SWEEPS_AT_ONCE: usize = 1;
 
 /// A sweep whose chunk is not taken within this long stops holding its

@@ -183,7 +183,8 @@ pub struct Listener<K: Send + Sync + 'static> {
     )>,
     /// A timer for `lane_reply` is pending. One at most: the context polls
     /// every pending timer at each wake-up, and one per chunk (each left
-    /// pending 50 ms after its answer went) cost ~10 % of a sweep's CPU.
+    /// pending 50 ms after its answer went) took about 10 % of the CPU of a
+    /// run with sweeps (perf, BENCHMARKS.md workload 5).
     lane_timer: bool,
     sync: SyncTracker,
     sink: Sink<K>,

@@ -8,7 +8,8 @@ use super::churn::{Paced, paced_run, strip_samples};
 use super::writer::Writer;
 use super::{Scale, seed_churn, server};
 use crate::proto::{SubSpec, Variant};
-use crate::report::{Bar, Section, Table, ratio};
+use crate::report::{Bar, Section, Table, fmt_summary};
+use crate::stats::Summary;
 
 const NS: &str = "resync";
 
@@ -30,35 +31,50 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
             })
             .collect()
     };
-    let mut runs: Vec<Value> = Vec::new();
-    for resync in [false, true] {
-        let r = paced_run(
-            &server,
-            NS,
-            &mut writer,
-            Paced {
-                variant: Variant::KINFORMER,
-                subscribers: subs(resync),
-                objects: n,
-                rate: scale.rate,
-                duration,
-                drain_timeout: Duration::from_secs(300),
-            },
-        )?;
-        tracing::info!(resync, p99 = %r["latency_all"]["p99_us"], "resync run");
-        runs.push(r);
+    // Each repetition: one run without resync (baseline) and one with, in
+    // alternating order. The p99 during sweeps rests on the few hundred
+    // slowest deliveries of a few tens of seconds of sweeps, and it spread
+    // 1.6–5.3× over single runs of the same code: judge the median.
+    let mut reps: Vec<(Value, Value)> = Vec::new();
+    for rep in 0..scale.reps.max(1) {
+        let order = if rep % 2 == 0 {
+            [false, true]
+        } else {
+            [true, false]
+        };
+        let mut pair: [Value; 2] = [Value::Null, Value::Null];
+        for resync in order {
+            let r = paced_run(
+                &server,
+                NS,
+                &mut writer,
+                Paced {
+                    variant: Variant::KINFORMER,
+                    subscribers: subs(resync),
+                    objects: n,
+                    rate: scale.rate,
+                    duration,
+                    drain_timeout: Duration::from_secs(300),
+                },
+            )?;
+            tracing::info!(rep, resync, p99 = %r["latency_all"]["p99_us"], "resync run");
+            pair[usize::from(resync)] = r;
+        }
+        let [base, sweep] = pair;
+        reps.push((base, sweep));
     }
     let p = |r: &Value, k: &str| r["latency_all"][k].as_f64().unwrap_or(f64::NAN);
-    let (base, sweep) = (&runs[0], &runs[1]);
+    let in_sweeps = |r: &Value, k: &str| r["latency_in_sweeps"][k].as_f64().unwrap_or(f64::NAN);
     let mut latency = Table::new(
         &format!(
-            "{n} ConfigMaps cached plus {} churn ConfigMaps updated at {:.0} events/s for {:.0} s; 10 subscribers (`Block`), resync periods {:?} s (0 = never). Latency of real (watch) updates over all subscribers:",
+            "{n} ConfigMaps cached plus {} churn ConfigMaps updated at {:.0} events/s for {:.0} s; 10 subscribers (`Block`), resync periods {:?} s (0 = never). Latency of real (watch) updates over all subscribers, per repetition:",
             scale.churn_objects,
             scale.rate,
             duration.as_secs_f64(),
             scale.resync_periods
         ),
         &[
+            "Rep",
             "Run",
             "p50 (µs)",
             "p99 (µs)",
@@ -68,41 +84,56 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
             "Resync notifications",
         ],
     );
-    for (label, r) in [
-        ("baseline (no resync)", base),
-        ("with resync sweeps", sweep),
-    ] {
-        let resyncs: u64 = r["subscribers"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|s| s["resyncs"].as_u64())
-            .sum();
+    let mut ratios = Vec::new();
+    for (rep, (base, sweep)) in reps.iter().enumerate() {
+        for (label, r) in [
+            ("baseline (no resync)", base),
+            ("with resync sweeps", sweep),
+        ] {
+            let resyncs: u64 = r["subscribers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|s| s["resyncs"].as_u64())
+                .sum();
+            latency.row(vec![
+                rep.to_string(),
+                label.into(),
+                format!("{:.0}", p(r, "p50_us")),
+                format!("{:.0}", p(r, "p99_us")),
+                format!("{:.0}", p(r, "p999_us")),
+                format!("{:.0}", p(r, "max_us")),
+                format!("{:.1}", r["cpu_us_per_event"].as_f64().unwrap_or(f64::NAN)),
+                resyncs.to_string(),
+            ]);
+        }
+        let samples = sweep["latency_in_sweeps"]["count"].as_u64().unwrap_or(0);
         latency.row(vec![
-            label.into(),
-            format!("{:.0}", p(r, "p50_us")),
-            format!("{:.0}", p(r, "p99_us")),
-            format!("{:.0}", p(r, "p999_us")),
-            format!("{:.0}", p(r, "max_us")),
-            format!("{:.1}", r["cpu_us_per_event"].as_f64().unwrap_or(f64::NAN)),
-            resyncs.to_string(),
+            rep.to_string(),
+            format!(
+                "with resync sweeps: the {samples} deliveries handled while a sweep was in progress"
+            ),
+            format!("{:.0}", in_sweeps(sweep, "p50_us")),
+            format!("{:.0}", in_sweeps(sweep, "p99_us")),
+            format!("{:.0}", in_sweeps(sweep, "p999_us")),
+            format!("{:.0}", in_sweeps(sweep, "max_us")),
+            "".into(),
+            "".into(),
         ]);
+        // No delivery during a sweep: nothing to judge (NaN is left out).
+        ratios.push(if samples > 0 {
+            in_sweeps(sweep, "p99_us") / p(base, "p99_us")
+        } else {
+            f64::NAN
+        });
     }
-    let in_sweeps = |k: &str| sweep["latency_in_sweeps"][k].as_f64().unwrap_or(f64::NAN);
-    let sweep_samples = sweep["latency_in_sweeps"]["count"].as_u64().unwrap_or(0);
-    latency.row(vec![
-        format!("with resync sweeps: the {sweep_samples} deliveries handled while a sweep was in progress"),
-        format!("{:.0}", in_sweeps("p50_us")),
-        format!("{:.0}", in_sweeps("p99_us")),
-        format!("{:.0}", in_sweeps("p999_us")),
-        format!("{:.0}", in_sweeps("max_us")),
-        "".into(),
-        "".into(),
-    ]);
+    let ratio_summary = Summary::of(ratios.iter().copied());
+    let judged = ratio_summary.n == reps.len() && ratio_summary.n > 0;
+    let sweep = &reps[reps.len() - 1].1;
     let elapsed_s = sweep["elapsed_ms"].as_f64().unwrap_or(0.0) / 1000.0;
     let mut per_sub = Table::new(
         &format!(
-            "Resync notifications per object, per subscriber, over the {elapsed_s:.1} s measured (periods elapsed = measured time / period):"
+            "Resync notifications per object, per subscriber, over the {elapsed_s:.1} s measured in the last repetition (periods elapsed = measured time / period; every repetition is checked the same way):"
         ),
         &[
             "Subscriber",
@@ -116,53 +147,64 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
         ],
     );
     let mut exact = true;
-    for (i, s) in sweep["subscribers"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
-        let period = scale.resync_periods.get(i).copied().unwrap_or(0);
-        if period == 0 {
-            let ok = s["resyncs"].as_u64() == Some(0);
+    // Every repetition is checked; the table shows the last one.
+    for (rep, (_, run)) in reps.iter().enumerate() {
+        let shown = rep + 1 == reps.len();
+        let run_s = run["elapsed_ms"].as_f64().unwrap_or(0.0) / 1000.0;
+        for (i, s) in run["subscribers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let period = scale.resync_periods.get(i).copied().unwrap_or(0);
+            if period == 0 {
+                let ok = s["resyncs"].as_u64() == Some(0);
+                exact &= ok;
+                if !shown {
+                    continue;
+                }
+                per_sub.row(vec![
+                    i.to_string(),
+                    "never".into(),
+                    "—".into(),
+                    "0".into(),
+                    "0".into(),
+                    "0".into(),
+                    ok.to_string(),
+                ]);
+                continue;
+            }
+            let c = &s["resync"];
+            let (min, max, dups, missed) = (
+                c["min_per_object"].as_u64().unwrap_or(0),
+                c["max_per_object"].as_u64().unwrap_or(0),
+                c["duplicates"].as_u64().unwrap_or(0),
+                c["missed"].as_u64().unwrap_or(0),
+            );
+            let periods = run_s / period as f64;
+            // Every object is resynced once per elapsed period: the counts may differ
+            // by one only for a sweep cut by the window's ends.
+            let ok = dups == 0
+                && missed == 0
+                && max.saturating_sub(min) <= 1
+                && (max as f64) <= periods.ceil() + 1.0
+                && (min as f64) >= periods.floor() - 1.0;
             exact &= ok;
+            if !shown {
+                continue;
+            }
             per_sub.row(vec![
                 i.to_string(),
-                "never".into(),
-                "—".into(),
-                "0".into(),
-                "0".into(),
-                "0".into(),
+                period.to_string(),
+                format!("{periods:.1}"),
+                min.to_string(),
+                max.to_string(),
+                dups.to_string(),
+                missed.to_string(),
                 ok.to_string(),
             ]);
-            continue;
         }
-        let c = &s["resync"];
-        let (min, max, dups, missed) = (
-            c["min_per_object"].as_u64().unwrap_or(0),
-            c["max_per_object"].as_u64().unwrap_or(0),
-            c["duplicates"].as_u64().unwrap_or(0),
-            c["missed"].as_u64().unwrap_or(0),
-        );
-        let periods = elapsed_s / period as f64;
-        // Every object is resynced once per elapsed period: the counts may differ
-        // by one only for a sweep cut by the window's ends.
-        let ok = dups == 0
-            && missed == 0
-            && max.saturating_sub(min) <= 1
-            && (max as f64) <= periods.ceil() + 1.0
-            && (min as f64) >= periods.floor() - 1.0;
-        exact &= ok;
-        per_sub.row(vec![
-            i.to_string(),
-            period.to_string(),
-            format!("{periods:.1}"),
-            min.to_string(),
-            max.to_string(),
-            dups.to_string(),
-            missed.to_string(),
-            ok.to_string(),
-        ]);
     }
     Ok(Section {
         workload: "resync".into(),
@@ -170,7 +212,7 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
         method: vec![
             "kinformer only: kube-runtime has no resync (its shared store replays nothing by itself), so there is nothing to \
              compare against. Two runs with the same subscribers and writes: without resync (baseline) and with the mixed \
-             periods (one run each, the baseline first). A delivery counts as \"during a sweep\" when it is handled within \
+             periods, in alternating order, `--reps` times (3 in the full mode). A delivery counts as \"during a sweep\" when it is handled within \
              20 ms after a resync notification to any subscriber. Each subscriber records, per cached object, every resync \
              notification it receives, and flags any two less than half a period apart (a duplicate) or more than one and a \
              half apart (a missed period)."
@@ -180,12 +222,16 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
         bars: vec![
             Bar {
                 bar: "p99 of real events during resync sweeps ≤ 2× the baseline".into(),
-                met: Some(sweep_samples > 0 && in_sweeps("p99_us") <= 2.0 * p(base, "p99_us")),
+                met: Some(judged && ratio_summary.median <= 2.0),
                 detail: format!(
-                    "p99 of the {sweep_samples} deliveries during sweeps {:.0} µs vs {:.0} µs without resync ({}); over the whole run with sweeps {:.0} µs",
-                    in_sweeps("p99_us"),
-                    p(base, "p99_us"),
-                    ratio(in_sweeps("p99_us"), p(base, "p99_us")),
+                    "p99 during sweeps over the baseline's p99, median of {} repetitions: {} (each: {}); over the whole last run with sweeps {:.0} µs",
+                    reps.len(),
+                    fmt_summary(&ratio_summary, 2),
+                    ratios
+                        .iter()
+                        .map(|r| format!("{r:.2}×"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
                     p(sweep, "p99_us"),
                 ),
             },
@@ -195,6 +241,6 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
                 detail: "see the per-subscriber table".into(),
             },
         ],
-        raw: vec![json!({"runs": strip_samples(runs)})],
+        raw: vec![json!({"runs": strip_samples(reps.into_iter().flat_map(|(b, s)| [b, s]).collect())})],
     })
 }
