@@ -54,8 +54,15 @@ impl Table {
         }
     }
 
-    /// Adds a row.
+    /// Adds a row: one cell per column (checked in debug builds, which the
+    /// quick-mode test runs).
     pub fn row(&mut self, cells: Vec<String>) {
+        debug_assert_eq!(
+            cells.len(),
+            self.header.len(),
+            "row {cells:?} of table {:?}",
+            self.caption
+        );
         self.rows.push(cells);
     }
 }

@@ -10,7 +10,9 @@
 //!   resync sweep is in progress (client-go: flagged at the last check,
 //!   SI-10), so a relist is no update storm.
 //! - A subscriber added at any time first receives the current cache as
-//!   `Initial` adds, while deltas wait (SI-5); its sync state follows HS-2.
+//!   `Initial` adds (SI-5): its listener is handed the cache state whole
+//!   ([`Replay`], O(1)) and reads it as its subscriber takes it, so deltas
+//!   never wait for a late subscriber's replay. Its sync state follows HS-2.
 //! - A resync replays the current cache, in chunks, to the subscribers that
 //!   are due, and only to them. Chunks go to the listeners' resync lanes
 //!   ([`DeliverResync`]) beside the batches, one chunk in flight per subscriber.
@@ -41,16 +43,16 @@ use crate::delta_fifo::{Delta, Popped};
 use crate::event::{Cause, Event};
 use crate::key::ObjectKey;
 use crate::listener::{
-    Deliver, DeliverResync, Listener, ListenerGone, SubscriberId,
+    Deliver, DeliverResync, Listener, ListenerGone, Replay, SubscriberId,
     UpstreamSynced as ListenerUpstreamSynced,
 };
 
 /// The events one listener receives from one step of work.
 type Delivery<K> = (SubscriberId, Addr<Listener<K>>, Vec<Event<K>>);
 
-/// Most events per `Deliver` or `DeliverResync`: replays, resync sweeps and
-/// large batches (the initial list) go to the listeners in chunks of this
-/// many, so a full `Block` listener parks at most one chunk.
+/// Most events per `Deliver` or `DeliverResync`: resync sweeps and large
+/// batches (the initial list) go to the listeners in chunks of this many,
+/// so a full `Block` listener parks at most one chunk.
 const CHUNK: usize = 256;
 
 /// Most sweeps making progress at once. Each sweep in progress keeps its
@@ -131,19 +133,11 @@ pub struct IndexerStats {
     pub listeners_lost: AtomicU64,
 }
 
-/// A replay of the cache to one new subscriber (SI-5), in progress.
-struct Replay<K> {
-    id: SubscriberId,
-    /// Listed when the replay starts (`None` until then).
-    keys: Option<KeyList<K>>,
-    pos: usize,
-}
-
 /// Keys listed from the lazy list per slice (and freed per slice once a
 /// list is done with): about 40 µs of work at a time.
 const KEY_SLICE: usize = CHUNK;
 
-/// The keys of the cache at the moment a sweep or a replay started, listed a
+/// The keys of the cache at the moment a sweep started, listed a
 /// slice at a time as chunks reach them, and one slice ahead at every step
 /// (so the cache state it drains is released soon). Listing 100k keys at
 /// once held the Indexer's thread for 7–14 ms at every sweep start, and real
@@ -248,22 +242,17 @@ struct Sweep<K> {
 pub struct Indexer<K: Resource + Send + Sync + 'static> {
     cache: Cache<K>,
     listeners: BTreeMap<SubscriberId, Addr<Listener<K>>>,
-    replaying: BTreeMap<SubscriberId, Addr<Listener<K>>>,
     syncing: BTreeSet<SubscriberId>,
     upstream_synced: bool,
     busy: bool,
     batches: VecDeque<(Vec<Popped<K>>, oneshot::Sender<()>)>,
-    replays: VecDeque<Replay<K>>,
     /// Sweeps with no chunk in flight (one in flight is taken out until answered).
     sweeps: VecDeque<Sweep<K>>,
     /// A batch's events are only partly handed out (a full `Block` listener
     /// holds the next chunk). Sweeps wait: the cache already holds the rest,
     /// and a resync built from it would reach a subscriber before the change.
     handing_out: bool,
-    /// Subscribers that came due for resync while being replayed: swept once
-    /// their replay ends, so no period is skipped.
-    due_after_replay: BTreeSet<SubscriberId>,
-    /// Key lists no sweep or replay uses any more, freed a slice per step.
+    /// Key lists no sweep uses any more, freed a slice per step.
     released: Vec<Vec<ObjectKey>>,
     /// A step is scheduled after a yield (sweeps were left ready).
     sweeps_resuming: bool,
@@ -285,15 +274,12 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
         Indexer {
             cache,
             listeners: BTreeMap::new(),
-            replaying: BTreeMap::new(),
             syncing: BTreeSet::new(),
             upstream_synced: false,
             busy: false,
             batches: VecDeque::new(),
-            replays: VecDeque::new(),
             sweeps: VecDeque::new(),
             handing_out: false,
-            due_after_replay: BTreeSet::new(),
             released: Vec::new(),
             sweeps_resuming: false,
             sweeps_at_once: 0,
@@ -427,20 +413,17 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
     }
 
     fn lose(&mut self, id: SubscriberId) {
-        if self.listeners.remove(&id).is_some() || self.replaying.remove(&id).is_some() {
+        if self.listeners.remove(&id).is_some() {
             tracing::warn!(subscriber = %id, "listener is gone; removed");
             self.stats.listeners_lost.fetch_add(1, Ordering::Relaxed);
         }
         self.syncing.remove(&id);
-        self.due_after_replay.remove(&id);
-        self.stats.listeners.store(
-            self.listeners.len() + self.replaying.len(),
-            Ordering::Relaxed,
-        );
+        self.stats
+            .listeners
+            .store(self.listeners.len(), Ordering::Relaxed);
     }
 
-    /// Runs the next piece of work unless one is waiting for listeners.
-    /// Replays come first (deltas must wait for them, SI-5), then batches.
+    /// Runs the next batch unless one is waiting for listeners.
     /// Resync sweeps run beside them, a chunk at a time, into the listeners'
     /// resync lanes: a sweep never holds back a real change.
     fn step(&mut self, ctx: &mut Context<Self>) {
@@ -448,12 +431,10 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
         self.free_a_slice();
         // Real work first: a batch applied now also reaches each listener
         // before any resync chunk read from the cache after it.
-        if !self.busy {
-            if let Some(Replay { id, keys, pos }) = self.replays.pop_front() {
-                self.run_replay(id, keys, pos, ctx);
-            } else if let Some((batch, reply)) = self.batches.pop_front() {
-                self.run_batch(batch, reply, ctx);
-            }
+        if !self.busy
+            && let Some((batch, reply)) = self.batches.pop_front()
+        {
+            self.run_batch(batch, reply, ctx);
         }
         self.step_sweep(ctx);
     }
@@ -556,8 +537,8 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
         }
     }
 
-    /// Takes a finished sweep's or replay's key list, if it was the last
-    /// user, to free it a slice per step.
+    /// Takes a finished sweep's key list, if it was the last user, to free
+    /// it a slice per step.
     fn release(&mut self, keys: KeyList<K>) {
         if let Some(keys) = keys.release().filter(|k| !k.is_empty()) {
             self.released.push(keys);
@@ -568,54 +549,7 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
     /// so each finishes soon whatever the pace of its sweeps and releases
     /// its cache state, at a bounded cost per step.
     fn list_ahead(&mut self) {
-        let mut in_use = self
-            .sweeps
-            .iter()
-            .map(|s| &s.keys)
-            .chain(self.replays.iter().filter_map(|r| r.keys.as_ref()));
-        in_use.any(|list| list.advance());
-    }
-
-    fn run_replay(
-        &mut self,
-        id: SubscriberId,
-        keys: Option<KeyList<K>>,
-        pos: usize,
-        ctx: &mut Context<Self>,
-    ) {
-        let Some(addr) = self.replaying.get(&id).cloned() else {
-            return self.step(ctx);
-        };
-        // The cache as of the moment the replay starts; deltas wait until it ends.
-        let keys = keys.unwrap_or_else(|| KeyList::of(&self.cache));
-        let (evs, end, done) = self.read_chunk(&keys, pos, |key, object| Event::Added {
-            key,
-            object,
-            cause: Cause::Initial,
-        });
-        self.distribute(vec![(id, addr, evs)], ctx, move |act, _| {
-            if !act.replaying.contains_key(&id) {
-                return;
-            }
-            if done {
-                act.release(keys);
-                if let Some(addr) = act.replaying.remove(&id) {
-                    if act.upstream_synced {
-                        addr.do_send(ListenerUpstreamSynced);
-                    }
-                    act.listeners.insert(id, addr);
-                    if act.due_after_replay.remove(&id) {
-                        act.start_sweep(vec![id]);
-                    }
-                }
-            } else {
-                act.replays.push_front(Replay {
-                    id,
-                    keys: Some(keys),
-                    pos: end,
-                });
-            }
-        });
+        self.sweeps.iter().any(|s| s.keys.advance());
     }
 
     /// Sends the next chunk of the oldest sweep with none in flight that may
@@ -820,19 +754,24 @@ impl<K: Resource + Send + Sync + 'static> Handler<UpstreamSynced> for Indexer<K>
 impl<K: Resource + Send + Sync + 'static> Handler<Subscribe<K>> for Indexer<K> {
     type Result = ();
 
-    fn handle(&mut self, msg: Subscribe<K>, ctx: &mut Context<Self>) {
+    fn handle(&mut self, msg: Subscribe<K>, _: &mut Context<Self>) {
         let _span = self.span.clone().entered();
-        self.replaying.insert(msg.id, msg.listener);
-        self.replays.push_back(Replay {
-            id: msg.id,
-            keys: None,
-            pos: 0,
-        });
-        self.stats.listeners.store(
-            self.listeners.len() + self.replaying.len(),
-            Ordering::Relaxed,
-        );
-        self.step(ctx);
+        // The cache as of now: every batch applied so far is in it, and the
+        // listener gets every later one (those being handed out excepted:
+        // their targets were fixed before).
+        if !self.cache.is_empty() {
+            msg.listener.do_send(Replay {
+                len: self.cache.len(),
+                objects: Box::new(self.cache.entries_lazily()),
+            });
+        }
+        if self.upstream_synced {
+            msg.listener.do_send(ListenerUpstreamSynced);
+        }
+        self.listeners.insert(msg.id, msg.listener);
+        self.stats
+            .listeners
+            .store(self.listeners.len(), Ordering::Relaxed);
     }
 }
 
@@ -842,13 +781,10 @@ impl<K: Resource + Send + Sync + 'static> Handler<Unsubscribe> for Indexer<K> {
     fn handle(&mut self, Unsubscribe(id): Unsubscribe, _: &mut Context<Self>) {
         let _span = self.span.clone().entered();
         self.listeners.remove(&id);
-        self.replaying.remove(&id);
         self.syncing.remove(&id);
-        self.due_after_replay.remove(&id);
-        self.stats.listeners.store(
-            self.listeners.len() + self.replaying.len(),
-            Ordering::Relaxed,
-        );
+        self.stats
+            .listeners
+            .store(self.listeners.len(), Ordering::Relaxed);
     }
 }
 
@@ -858,7 +794,6 @@ impl<K: Resource + Send + Sync + 'static> Handler<ListenerStopped> for Indexer<K
     fn handle(&mut self, ListenerStopped(id): ListenerStopped, _: &mut Context<Self>) {
         let _span = self.span.clone().entered();
         self.lose(id);
-        self.due_after_replay.remove(&id);
     }
 }
 
@@ -869,14 +804,15 @@ impl<K: Resource + Send + Sync + 'static> Handler<ResyncDue> for Indexer<K> {
         let _span = self.span.clone().entered();
         let (known, gone): (Vec<_>, Vec<_>) = due
             .into_iter()
-            .partition(|id| self.listeners.contains_key(id) || self.replaying.contains_key(id));
+            .partition(|id| self.listeners.contains_key(id));
         // A subscriber whose previous sweep is still running is not swept twice:
         // sweeps never pile up, however slow a subscriber or the Indexer is.
-        let (ids, replaying): (Vec<_>, Vec<_>) = known
+        // One still taking its replay is swept now: its lane comes after the
+        // replay, so it never gets the resync of an object before its add.
+        let ids: Vec<_> = known
             .into_iter()
             .filter(|id| !self.syncing.contains(id))
-            .partition(|id| self.listeners.contains_key(id));
-        self.due_after_replay.extend(replaying);
+            .collect();
         if !ids.is_empty() {
             self.start_sweep(ids);
         }
@@ -1065,8 +1001,9 @@ mod tests {
     }
 
     /// A subscriber that comes due for resync while its replay (SI-5) is
-    /// held back by its own full queue is swept once the replay ends, so it
-    /// does not skip a period.
+    /// held back by its own full queue is swept at once, and gets the
+    /// resyncs after the whole replay: no period skipped, no resync of an
+    /// object before its add.
     #[actix::test]
     async fn a_subscriber_due_during_its_replay_is_swept_after_it() {
         let mut cache = Cache::new();
@@ -1093,6 +1030,63 @@ mod tests {
         let seen = seen.lock().unwrap();
         assert!(seen[..keys.len()].iter().all(|(_, c)| *c == Cause::Initial));
         assert!(seen[keys.len()..].iter().all(|(_, c)| *c == Cause::Resync));
+    }
+
+    /// Regression: a late `Block` subscriber that did not take its replay
+    /// held every delta back (the replay had to be taken first, SI-5), so
+    /// the other subscribers and the cache stopped. The replay is now handed
+    /// to its listener whole: batches go on, and the late subscriber gets
+    /// the whole replay first, then the batch.
+    #[actix::test]
+    async fn a_late_subscriber_taking_its_replay_holds_no_one_back() {
+        let mut cache = Cache::new();
+        let keys: Vec<String> = (0..300).map(|i| format!("o{i:03}")).collect();
+        for k in &keys {
+            let obj = cm(k);
+            cache.upsert(ObjectKey::of(obj.as_ref()).unwrap(), obj);
+        }
+        let indexer = Indexer::new(cache, Arc::new(IndexerStats::default())).start();
+        let (fast, fast_seen) = listener(1024, watch::channel(true).1);
+        subscribe(&indexer, [(1, fast)]).await;
+        let (gate, closed) = watch::channel(false);
+        let (late, late_seen) = listener(16, closed);
+        subscribe(&indexer, [(2, late)]).await;
+        until("the late subscriber's first handler call", || {
+            !late_seen.lock().unwrap().is_empty()
+        })
+        .await;
+        let mut queue = DeltaQueue::new(DeltaQueueOptions::default());
+        queue.add(cm("new"), &()).unwrap();
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            indexer.send(Process(queue.pop_batch(1))),
+        )
+        .await
+        .expect("the batch is not held back by the late subscriber's replay")
+        .unwrap();
+        until("the fast subscriber's replay and the add", || {
+            fast_seen.lock().unwrap().len() == keys.len() + 1
+        })
+        .await;
+        assert_eq!(
+            late_seen.lock().unwrap().len(),
+            1,
+            "the late one is stalled"
+        );
+        gate.send_replace(true);
+        until("the late subscriber's replay and the add", || {
+            late_seen.lock().unwrap().len() == keys.len() + 1
+        })
+        .await;
+        for seen in [fast_seen, late_seen] {
+            let seen = seen.lock().unwrap();
+            assert!(seen[..keys.len()].iter().all(|(_, c)| *c == Cause::Initial));
+            let mut replayed: Vec<_> = seen[..keys.len()].iter().map(|(k, _)| k.clone()).collect();
+            replayed.sort();
+            let want: Vec<_> = keys.iter().map(|k| format!("ns/{k}")).collect();
+            assert_eq!(replayed, want);
+            assert_eq!(seen[keys.len()], ("ns/new".to_string(), Cause::Watch));
+        }
     }
 
     /// A key list hands out every key of the cache state it was taken

@@ -175,22 +175,37 @@ type Items<K> = imbl::GenericHashMap<
     imbl::shared_ptr::DefaultSharedPtr,
 >;
 
-/// The keys of one cache state, produced lazily ([`CacheView::keys_lazily`]):
-/// it drains a copy of the persistent map, copying each tree node when it
-/// first reaches it.
-pub struct LazyKeys<K> {
+/// The objects of one cache state, produced lazily
+/// ([`CacheView::entries_lazily`]): it drains a copy of the persistent map,
+/// copying each tree node when it first reaches it.
+pub struct LazyEntries<K> {
     drain: imbl::hashmap::ConsumingIter<(ObjectKey, Arc<K>), imbl::shared_ptr::DefaultSharedPtr>,
 }
+
+impl<K> Iterator for LazyEntries<K> {
+    type Item = (ObjectKey, Arc<K>);
+
+    fn next(&mut self) -> Option<(ObjectKey, Arc<K>)> {
+        self.drain.next()
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.drain.size_hint()
+    }
+}
+
+/// The keys of one cache state, produced lazily ([`CacheView::keys_lazily`]).
+pub struct LazyKeys<K>(LazyEntries<K>);
 
 impl<K> Iterator for LazyKeys<K> {
     type Item = ObjectKey;
 
     fn next(&mut self) -> Option<ObjectKey> {
-        self.drain.next().map(|(key, _)| key)
+        self.0.next().map(|(key, _)| key)
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        self.drain.size_hint()
+        self.0.size_hint()
     }
 }
 
@@ -281,7 +296,13 @@ impl<K> CacheView<K> {
     /// Indexer's thread for. Taking it is O(1); it keeps this state's map
     /// alive until it is dropped or exhausted.
     pub fn keys_lazily(&self) -> LazyKeys<K> {
-        LazyKeys {
+        LazyKeys(self.entries_lazily())
+    }
+
+    /// Every object of this state with its key, as [`Self::keys_lazily`]
+    /// lists keys: O(1) to take, read as the iterator advances.
+    pub fn entries_lazily(&self) -> LazyEntries<K> {
+        LazyEntries {
             drain: self.items.clone().into_iter(),
         }
     }

@@ -5,7 +5,9 @@
 //! `Coalesce` listener answers at once (its queue merges per key); a `Block`
 //! listener whose queue is full parks the rest and answers only when its
 //! subscriber has caught up — that is the back-pressure path, and it holds
-//! the whole informer (every subscriber, the cache, replays) until then. Delivery to the
+//! the whole informer (every subscriber, the cache) until then. A new
+//! subscriber's [`Replay`] of the cache is handed over whole and read as the
+//! subscriber takes it, so it holds nobody back. Delivery to the
 //! subscriber is one `send` at a time ([`Target::Each`], [`Target::Batches`]),
 //! or up to a fixed number of them in the subscriber's mailbox
 //! ([`Target::Pipelined`]); each is spawned (never `ctx.wait`), so the
@@ -25,7 +27,8 @@ use futures::channel::oneshot;
 use tokio::sync::watch;
 
 use super::{ListenerQueue, OverflowPolicy, ResyncLane, SyncTracker};
-use crate::event::{Event, EventBatch};
+use crate::event::{Cause, Event, EventBatch};
+use crate::key::ObjectKey;
 
 /// Identifies one subscription of one informer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -65,6 +68,23 @@ pub struct Deliver<K>(pub Vec<Event<K>>);
 
 impl<K: 'static> Message for Deliver<K> {
     type Result = Result<(), ListenerGone>;
+}
+
+/// The cache as it was when the subscriber joined (SI-5): the `Initial`
+/// adds it gets before any notification sent after this. Handed over whole
+/// (a persistent map's state: O(1) to take) and read as the subscriber takes
+/// it, so a late subscriber never holds the informer or the other
+/// subscribers while it takes its replay; what comes after queues behind it,
+/// within the subscriber's own bound.
+pub struct Replay<K> {
+    /// How many objects `objects` yields.
+    pub len: usize,
+    /// The objects, with their keys.
+    pub objects: Box<dyn Iterator<Item = (ObjectKey, Arc<K>)> + Send>,
+}
+
+impl<K: 'static> Message for Replay<K> {
+    type Result = ();
 }
 
 /// Resync notifications of a sweep (SI-11). They go to the listener's
@@ -174,6 +194,8 @@ impl Sent {
 /// The listener actor of one subscriber.
 pub struct Listener<K: Send + Sync + 'static> {
     id: SubscriberId,
+    /// What is left of the replay: delivered before anything in `queue`.
+    replay: Option<Replay<K>>,
     queue: ListenerQueue<K>,
     lane: ResyncLane<K>,
     /// The held answer to a `DeliverResync`, with when it is due at the latest.
@@ -233,6 +255,7 @@ impl<K: Send + Sync + 'static> Listener<K> {
         };
         Listener {
             id,
+            replay: None,
             queue: ListenerQueue::new(options.policy, options.capacity),
             lane: ResyncLane::new(),
             lane_reply: None,
@@ -326,7 +349,7 @@ impl<K: Send + Sync + 'static> Listener<K> {
 
     fn refresh_stats(&self) {
         self.stats.pending.store(
-            self.queue.len() + self.lane.len() + self.parked.len(),
+            self.replay_len() + self.queue.len() + self.lane.len() + self.parked.len(),
             Ordering::Relaxed,
         );
         self.stats.in_flight.store(
@@ -344,10 +367,39 @@ impl<K: Send + Sync + 'static> Listener<K> {
         }
     }
 
-    /// The next notification: real changes first (parked ones included, so
-    /// a resync never overtakes a real change it has not seen), then the
+    /// Objects of the replay not delivered yet.
+    fn replay_len(&self) -> usize {
+        self.replay.as_ref().map_or(0, |r| r.len)
+    }
+
+    /// The next object of the replay as an `Initial` add, if any is left.
+    fn next_replayed(&mut self) -> Option<Event<K>> {
+        let replay = self.replay.as_mut()?;
+        if let Some((key, object)) = replay.objects.next() {
+            replay.len = replay.len.saturating_sub(1);
+            return Some(Event::Added {
+                key,
+                object,
+                cause: Cause::Initial,
+            });
+        }
+        // Announced and never yielded: never to be handled either.
+        let missing = replay.len;
+        self.replay = None;
+        if missing > 0 {
+            let _ = self.sync.finish_many(missing);
+        }
+        None
+    }
+
+    /// The next notification: the replay first (everything else came after
+    /// the state it shows), then real changes (parked ones included, so a
+    /// resync never overtakes a real change it has not seen), then the
     /// resync lane.
     fn next_event(&mut self) -> Option<Event<K>> {
+        if let Some(event) = self.next_replayed() {
+            return Some(event);
+        }
         if let Some(event) = self.queue.pop() {
             return Some(event);
         }
@@ -386,7 +438,8 @@ impl<K: Send + Sync + 'static> Listener<K> {
                 futures::future::Either::Left(send_now(&recipient, last))
             }
             Sink::Batches(recipient) => {
-                let queued = self.queue.len() + self.parked.len() + self.lane.len();
+                let queued =
+                    self.replay_len() + self.queue.len() + self.parked.len() + self.lane.len();
                 let mut batch = Vec::with_capacity(self.batch_max.min(queued));
                 while batch.len() < self.batch_max {
                     let Some(event) = self.next_event() else {
@@ -442,7 +495,11 @@ impl<K: Send + Sync + 'static> Listener<K> {
             }
             self.refresh_stats();
         }
-        if self.replies.is_empty() && self.queue.is_empty() && self.lane.is_empty() {
+        if self.replies.is_empty()
+            && self.replay.is_none()
+            && self.queue.is_empty()
+            && self.lane.is_empty()
+        {
             for w in self.idle_waiters.drain(..) {
                 let _ = w.send(());
             }
@@ -604,6 +661,28 @@ impl<K: Send + Sync + 'static> Handler<Deliver<K>> for Listener<K> {
     }
 }
 
+impl<K: Send + Sync + 'static> Handler<Replay<K>> for Listener<K> {
+    type Result = ();
+
+    fn handle(&mut self, replay: Replay<K>, ctx: &mut Context<Self>) {
+        let _span = self.span.clone().entered();
+        if self.stopping || replay.len == 0 {
+            return;
+        }
+        self.sync.start_many(replay.len);
+        self.replay = Some(match self.replay.take() {
+            None => replay,
+            // Not sent twice today; if it were, in order.
+            Some(first) => Replay {
+                len: first.len + replay.len,
+                objects: Box::new(first.objects.chain(replay.objects)),
+            },
+        });
+        self.refresh_stats();
+        self.pump(ctx);
+    }
+}
+
 impl<K: Send + Sync + 'static> Handler<DeliverResync<K>> for Listener<K> {
     type Result = ResponseFuture<Result<(), ListenerGone>>;
 
@@ -652,6 +731,7 @@ impl<K: Send + Sync + 'static> Handler<StopListener> for Listener<K> {
     fn handle(&mut self, _: StopListener, ctx: &mut Context<Self>) -> Self::Result {
         let _span = self.span.clone().entered();
         self.stopping = true;
+        self.replay = None;
         self.queue.clear();
         self.lane.clear();
         self.parked.clear();
@@ -884,6 +964,69 @@ mod tests {
             }
             self.gate()
         }
+    }
+
+    /// A replay is delivered before anything sent after it, as `Initial`
+    /// adds, without holding back what comes after it (the `Deliver` is
+    /// answered while the replay waits), and the subscriber syncs only once
+    /// it has handled all of it (HS-2).
+    #[actix::test]
+    async fn a_replay_comes_first_and_counts_towards_sync() {
+        let (sink, seen, gate_tx) = GatedSink::start_closed();
+        let (synced, mut synced_rx) = watch::channel(false);
+        let listener = Listener::new(
+            SubscriberId(1),
+            sink.recipient(),
+            ListenerOptions {
+                policy: OverflowPolicy::Block,
+                capacity: 2,
+            },
+            synced,
+            Arc::new(ListenerStats::default()),
+        )
+        .start();
+        let names: Vec<String> = (0..5).map(|i| format!("r{i}")).collect();
+        let objects: Vec<(ObjectKey, Arc<ConfigMap>)> = names
+            .iter()
+            .map(|n| (n.as_str().into(), at_rv(n, "1")))
+            .collect();
+        listener
+            .send(Replay {
+                len: objects.len(),
+                objects: Box::new(objects.into_iter()),
+            })
+            .await
+            .unwrap();
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            listener.send(Deliver(vec![added("w")])),
+        )
+        .await
+        .expect("a Deliver is not held back by the replay")
+        .unwrap()
+        .unwrap();
+        listener.send(UpstreamSynced).await.unwrap();
+        assert!(!*synced_rx.borrow(), "synced before its replay was handled");
+        gate_tx.send_replace(true);
+        tokio::time::timeout(Duration::from_secs(5), synced_rx.wait_for(|s| *s))
+            .await
+            .expect("synced once the replay was handled")
+            .unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while seen.lock().unwrap().len() < names.len() + 1 {
+            assert!(tokio::time::Instant::now() < deadline, "{seen:?}");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let got: Vec<(String, Cause)> = seen
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(k, c, _)| (k.clone(), *c))
+            .collect();
+        let mut want: Vec<(String, Cause)> =
+            names.iter().map(|n| (n.clone(), Cause::Initial)).collect();
+        want.push(("w".into(), Cause::Watch));
+        assert_eq!(got, want);
     }
 
     /// Regression (review): a batch that drained a full Block queue used to

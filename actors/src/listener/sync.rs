@@ -48,7 +48,12 @@ impl SyncTracker {
 
     /// One more initial-list `Added` handed to the listener (HS-1 `Start`).
     pub fn start(&mut self) {
-        self.pending += 1;
+        self.start_many(1);
+    }
+
+    /// `n` more initial-list `Added`s handed to the listener at once (a replay).
+    pub fn start_many(&mut self, n: usize) {
+        self.pending += n;
     }
 
     /// One initial `Added` handled or dropped (HS-1 `Finished`). More finishes

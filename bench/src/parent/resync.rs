@@ -171,6 +171,7 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
                     "0".into(),
                     "0".into(),
                     "0".into(),
+                    "0".into(),
                     ok.to_string(),
                 ]);
                 continue;
