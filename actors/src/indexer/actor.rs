@@ -884,6 +884,16 @@ mod tests {
         (addr, seen)
     }
 
+    /// A cache holding a ConfigMap of each name.
+    fn cache_of(names: &[String]) -> Cache<ConfigMap> {
+        let mut cache = Cache::new();
+        for name in names {
+            let obj = cm(name);
+            cache.upsert(ObjectKey::of(obj.as_ref()).unwrap(), obj);
+        }
+        cache
+    }
+
     fn cm(name: &str) -> Arc<ConfigMap> {
         cm_at(name, "1")
     }
@@ -1006,12 +1016,8 @@ mod tests {
     /// object before its add.
     #[actix::test]
     async fn a_subscriber_due_during_its_replay_is_swept_after_it() {
-        let mut cache = Cache::new();
         let keys: Vec<String> = (0..300).map(|i| format!("o{i:03}")).collect();
-        for k in &keys {
-            let obj = cm(k);
-            cache.upsert(ObjectKey::of(obj.as_ref()).unwrap(), obj);
-        }
+        let cache = cache_of(&keys);
         let indexer = Indexer::new(cache, Arc::new(IndexerStats::default())).start();
         let (gate, closed) = watch::channel(false);
         let (listener, seen) = listener(1, closed);
@@ -1039,12 +1045,8 @@ mod tests {
     /// the whole replay first, then the batch.
     #[actix::test]
     async fn a_late_subscriber_taking_its_replay_holds_no_one_back() {
-        let mut cache = Cache::new();
         let keys: Vec<String> = (0..300).map(|i| format!("o{i:03}")).collect();
-        for k in &keys {
-            let obj = cm(k);
-            cache.upsert(ObjectKey::of(obj.as_ref()).unwrap(), obj);
-        }
+        let cache = cache_of(&keys);
         let indexer = Indexer::new(cache, Arc::new(IndexerStats::default())).start();
         let (fast, fast_seen) = listener(1024, watch::channel(true).1);
         subscribe(&indexer, [(1, fast)]).await;
