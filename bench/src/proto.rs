@@ -216,6 +216,10 @@ pub struct ChildSpec {
     /// Non-zero: subscribers only count this many watch updates (throughput runs).
     #[serde(default)]
     pub count_to: u64,
+    /// Also run a control watch: a plain kube watch on a thread of its own in
+    /// the same process, recording the same write-to-receipt latencies.
+    #[serde(default)]
+    pub control_watch: bool,
 }
 
 /// A command from the parent.

@@ -2,6 +2,7 @@
 //! one job, reports its figures on stdout and takes commands on stdin. Being
 //! alone in its process, its heap, RSS and CPU time are its own.
 
+mod control;
 mod decode;
 mod kin;
 mod krt;
@@ -116,6 +117,11 @@ where
         return Ok(());
     }
     // The baseline: runtime, client and sampler exist, the informer does not.
+    let control = if spec.control_watch {
+        Some(control::start::<K>(&spec.url, &spec.namespace)?)
+    } else {
+        None
+    };
     let heap0 = heap_now();
     sampler.reset();
     reset_rss_peak();
@@ -130,6 +136,7 @@ where
                 commands,
                 Baseline { heap0, cpu0, t0 },
                 &sampler,
+                control.as_deref(),
             )
             .await
         }
@@ -141,6 +148,7 @@ where
                 commands,
                 Baseline { heap0, cpu0, t0 },
                 &sampler,
+                control.as_deref(),
             )
             .await
         }
@@ -185,6 +193,7 @@ async fn job<U: Under>(
     mut commands: mpsc::Receiver<Command>,
     base: Baseline,
     sampler: &PeakSampler,
+    control: Option<&Probe>,
 ) -> anyhow::Result<()> {
     under.informer_synced(PATIENCE).await?;
     let sync = base.t0.elapsed();
@@ -213,7 +222,7 @@ async fn job<U: Under>(
         }
         Job::Deliver => {
             emit("ready", synced);
-            deliver(spec, under, &mut commands, sampler).await
+            deliver(spec, under, &mut commands, sampler, control).await
         }
         Job::Relist => {
             emit("ready", synced);
@@ -228,11 +237,12 @@ async fn deliver<U: Under>(
     under: &U,
     commands: &mut mpsc::Receiver<Command>,
     sampler: &PeakSampler,
+    control: Option<&Probe>,
 ) -> anyhow::Result<()> {
     let Command::Begin = next_command(commands).await? else {
         anyhow::bail!("expected begin");
     };
-    for p in under.probes() {
+    for p in under.probes().iter().map(|p| &**p).chain(control) {
         p.begin();
     }
     sampler.reset();
@@ -345,6 +355,10 @@ async fn deliver<U: Under>(
             "begin_ns": begin_ns,
             "outliers": under.probes().first().map(|p| p.outliers()).unwrap_or_default(),
             "now_ns": now_nanos(),
+            "control": control.map(|c| json!({
+                "latency_all": Latency::of(&c.histogram()),
+                "latency_in_sweeps": Latency::of(&c.sweep_histogram()),
+            })),
         }),
     );
     Ok(())

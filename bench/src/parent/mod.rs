@@ -191,6 +191,7 @@ pub fn spec(
         subscribers,
         capacity: kinformer::SubscribeOptions::DEFAULT_CAPACITY,
         count_to: 0,
+        control_watch: false,
     }
 }
 

@@ -129,6 +129,7 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
                         rate: scale.rate,
                         duration: total,
                         drain_timeout: Duration::from_millis(scale.stall_ms + 120_000),
+                        control_watch: false,
                     },
                 )?;
                 tracing::info!(case = case.label, rep, stalled = stall.is_some(), p99 = %r["latency_others"]["p99_us"], "slow subscriber run");
