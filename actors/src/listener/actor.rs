@@ -14,6 +14,7 @@
 //! listener's own mailbox keeps draining while the subscriber is busy.
 //! Handler calls run in the subscriber's actor, never in the engine's.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
@@ -230,6 +231,10 @@ pub struct Listener<K: Send + Sync + 'static> {
     idle_waiters: Vec<oneshot::Sender<()>>,
     stopping: bool,
     synced: watch::Sender<bool>,
+    /// What `synced` was last set to. Reading the channel itself takes its
+    /// lock (a `lock cmpxchg`): about 3 % of the CPU with 100 subscribers at
+    /// 1000 events/s (perf), for a value only this listener writes.
+    synced_sent: Cell<bool>,
     stats: Arc<ListenerStats>,
     span: tracing::Span,
 }
@@ -244,6 +249,7 @@ impl<K: Send + Sync + 'static> Listener<K> {
         synced: watch::Sender<bool>,
         stats: Arc<ListenerStats>,
     ) -> Self {
+        let synced_now = *synced.borrow();
         let (sink, window, batch_max) = match target.into() {
             Target::Each(recipient) => (Sink::Events(Arc::new(recipient)), 1, 1),
             Target::Pipelined { recipient, depth } => {
@@ -272,6 +278,7 @@ impl<K: Send + Sync + 'static> Listener<K> {
             parked_reply: None,
             idle_waiters: Vec::new(),
             stopping: false,
+            synced_sent: Cell::new(synced_now),
             synced,
             stats,
             span: tracing::Span::none(),
@@ -359,11 +366,12 @@ impl<K: Send + Sync + 'static> Listener<K> {
         self.stats
             .coalesced
             .store(self.queue.coalesced(), Ordering::Relaxed);
-        // Read first: `send_if_modified` takes the channel's write lock on every
-        // call, and this runs once per delivery.
+        // Compared with the copy first: this runs once per delivery, and the
+        // channel's own lock is not free.
         let now = self.sync.has_synced();
-        if *self.synced.borrow() != now {
+        if self.synced_sent.get() != now {
             self.synced.send_replace(now);
+            self.synced_sent.set(now);
         }
     }
 
