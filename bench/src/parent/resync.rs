@@ -273,11 +273,7 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
                     "p99 during sweeps over the baseline's p99, median of {} repetitions: {} (each: {}); over the whole last run with sweeps {:.0} µs",
                     reps.len(),
                     fmt_summary(&ratio_summary, 2),
-                    ratios
-                        .iter()
-                        .map(|r| format!("{r:.2}×"))
-                        .collect::<Vec<_>>()
-                        .join(", "),
+                    each_ratio(&ratios),
                     p(sweep, "p99_us"),
                 ) + &if control_ratios.is_empty() {
                     String::new()
@@ -285,11 +281,7 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
                     format!(
                         "; the control watch's p99 during sweeps over its baseline: {} (each: {})",
                         fmt_summary(&control_summary, 2),
-                        control_ratios
-                            .iter()
-                            .map(|r| format!("{r:.2}×"))
-                            .collect::<Vec<_>>()
-                            .join(", "),
+                        each_ratio(&control_ratios),
                     )
                 },
             },
@@ -301,4 +293,13 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
         ],
         raw: vec![json!({"runs": strip_samples(reps.into_iter().flat_map(|(b, s)| [b, s]).collect())})],
     })
+}
+
+/// Per-repetition ratios as `1.23×, 0.98×`.
+fn each_ratio(ratios: &[f64]) -> String {
+    ratios
+        .iter()
+        .map(|r| format!("{r:.2}×"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
