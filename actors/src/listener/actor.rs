@@ -102,6 +102,42 @@ impl<K: 'static> Message for DeliverResync<K> {
     type Result = Result<(), ListenerGone>;
 }
 
+/// A listener's answer to [`Deliver`] or [`DeliverResync`]: at once when
+/// the events were taken in, or later, when a full `Block` listener parked
+/// them or a resync lane is above its low mark. actix's `ResponseFuture`
+/// spawns a task for every answer, the immediate ones too; this answers
+/// those in place and spawns only for the deferred ones.
+pub enum Accepted {
+    /// Answered now.
+    Now(Result<(), ListenerGone>),
+    /// Answered when the listener sends on the other end.
+    Later(oneshot::Receiver<Result<(), ListenerGone>>),
+}
+
+impl<K, M> actix::dev::MessageResponse<Listener<K>, M> for Accepted
+where
+    K: Send + Sync + 'static,
+    M: Message<Result = Result<(), ListenerGone>>,
+{
+    fn handle(
+        self,
+        ctx: &mut Context<Listener<K>>,
+        tx: Option<actix::dev::OneshotSender<Result<(), ListenerGone>>>,
+    ) {
+        let Some(tx) = tx else { return };
+        match self {
+            Accepted::Now(answer) => {
+                let _ = tx.send(answer);
+            }
+            Accepted::Later(rx) => {
+                ctx.spawn(actix::fut::wrap_future(async move {
+                    let _ = tx.send(rx.await.unwrap_or(Err(ListenerGone)));
+                }));
+            }
+        }
+    }
+}
+
 /// A [`DeliverResync`] is answered once the resync lane holds at most this many...
 pub const RESYNC_LANE_LOW: usize = 256;
 
@@ -649,23 +685,23 @@ impl<K: Send + Sync + 'static> Actor for Listener<K> {
 }
 
 impl<K: Send + Sync + 'static> Handler<Deliver<K>> for Listener<K> {
-    type Result = ResponseFuture<Result<(), ListenerGone>>;
+    type Result = Accepted;
 
-    fn handle(&mut self, Deliver(events): Deliver<K>, ctx: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, Deliver(events): Deliver<K>, ctx: &mut Context<Self>) -> Accepted {
         let _span = self.span.clone().entered();
         if self.stopping {
-            return Box::pin(async { Err(ListenerGone) });
+            return Accepted::Now(Err(ListenerGone));
         }
         self.accept(events);
         self.pump(ctx);
         // Decide after pumping: a delivery may already have made room for
         // everything that was parked.
         if self.parked.is_empty() {
-            return Box::pin(async { Ok(()) });
+            return Accepted::Now(Ok(()));
         }
         let (tx, rx) = oneshot::channel();
         self.parked_reply = Some(tx);
-        Box::pin(async move { rx.await.unwrap_or(Err(ListenerGone)) })
+        Accepted::Later(rx)
     }
 }
 
@@ -692,16 +728,16 @@ impl<K: Send + Sync + 'static> Handler<Replay<K>> for Listener<K> {
 }
 
 impl<K: Send + Sync + 'static> Handler<DeliverResync<K>> for Listener<K> {
-    type Result = ResponseFuture<Result<(), ListenerGone>>;
+    type Result = Accepted;
 
     fn handle(
         &mut self,
         DeliverResync(events): DeliverResync<K>,
         ctx: &mut Context<Self>,
-    ) -> Self::Result {
+    ) -> Accepted {
         let _span = self.span.clone().entered();
         if self.stopping {
-            return Box::pin(async { Err(ListenerGone) });
+            return Accepted::Now(Err(ListenerGone));
         }
         for event in events {
             self.lane.push(event);
@@ -712,14 +748,14 @@ impl<K: Send + Sync + 'static> Handler<DeliverResync<K>> for Listener<K> {
             let _ = earlier.send(Ok(()));
         }
         if self.lane.len() <= RESYNC_LANE_LOW {
-            return Box::pin(async { Ok(()) });
+            return Accepted::Now(Ok(()));
         }
         let (tx, rx) = oneshot::channel();
         self.lane_reply = Some((tokio::time::Instant::now() + RESYNC_HOLD_MAX, tx));
         if !self.lane_timer {
             self.arm_lane_timer(RESYNC_HOLD_MAX, ctx);
         }
-        Box::pin(async move { rx.await.unwrap_or(Err(ListenerGone)) })
+        Accepted::Later(rx)
     }
 }
 
