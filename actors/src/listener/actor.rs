@@ -1517,6 +1517,62 @@ mod tests {
         assert_eq!(stats.in_flight.load(Ordering::SeqCst), 0);
     }
 
+    /// A full `Block` listener answers a delivery it had to park only once
+    /// its subscriber made room (the answer is deferred, not given in place),
+    /// and then with `Ok`; one it parks when stopped is answered as gone.
+    #[actix::test]
+    async fn a_parked_delivery_is_answered_when_room_is_made_or_as_gone_on_stop() {
+        for stop in [false, true] {
+            let (sink, seen, gate_tx) = GatedSink::start_closed();
+            let listener = Listener::new(
+                SubscriberId(1),
+                sink.recipient(),
+                ListenerOptions {
+                    policy: OverflowPolicy::Block,
+                    capacity: 1,
+                },
+                watch::channel(false).0,
+                Arc::new(ListenerStats::default()),
+            )
+            .start();
+            // One in flight (held by the gate), one queued: full.
+            listener
+                .send(Deliver(vec![added("a"), added("b")]))
+                .await
+                .unwrap()
+                .unwrap();
+            let mut parked = Box::pin(listener.send(Deliver(vec![added("c")])));
+            for _ in 0..20 {
+                tokio::task::yield_now().await;
+            }
+            assert!(
+                futures::poll!(&mut parked).is_pending(),
+                "stop={stop}: answered while the queue was full"
+            );
+            if stop {
+                let _stopping = listener.send(StopListener);
+                let answer = tokio::time::timeout(Duration::from_secs(5), parked)
+                    .await
+                    .expect("a parked delivery is answered when its listener stops");
+                assert!(
+                    !matches!(answer, Ok(Ok(()))),
+                    "answered Ok though dropped: {answer:?}"
+                );
+            } else {
+                gate_tx.send_replace(true);
+                let answer = tokio::time::timeout(Duration::from_secs(5), parked)
+                    .await
+                    .expect("answered once the subscriber made room");
+                assert!(matches!(answer, Ok(Ok(()))), "{answer:?}");
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+                while seen.lock().unwrap().len() < 3 {
+                    assert!(tokio::time::Instant::now() < deadline, "not all delivered");
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }
+        }
+    }
+
     /// Stopping a pipelined listener waits for the events already in the
     /// subscriber's mailbox and drops the pending ones (SI-12, SI-13).
     #[actix::test]
