@@ -650,8 +650,9 @@ where
             synced_tx,
             stats.clone(),
         )
-        .in_span(tracing::info_span!(parent: &self.inner.span, "listener", subscriber = %id))
-        .start();
+        .in_span(tracing::info_span!(parent: &self.inner.span, "listener", subscriber = %id));
+        let subscribe = Subscribe::start(id, listener);
+        let listener = subscribe.listener.clone();
         let period = options.resync.unwrap_or(self.inner.default_resync);
         // Until the `Subscription` is handed over, an error (the informer
         // stopped meanwhile) or a dropped future undoes what was set up.
@@ -663,10 +664,7 @@ where
         };
         self.inner
             .indexer
-            .send(Subscribe {
-                id,
-                listener: listener.clone(),
-            })
+            .send(subscribe)
             .await
             .map_err(|_| InformerError::Stopped)?;
         let resync_period = self

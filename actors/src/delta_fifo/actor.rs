@@ -362,13 +362,9 @@ mod tests {
             },
             watch::channel(false).0,
             Arc::new(ListenerStats::default()),
-        )
-        .start();
+        );
         indexer
-            .send(Subscribe {
-                id: SubscriberId(1),
-                listener,
-            })
+            .send(Subscribe::start(SubscriberId(1), listener))
             .await
             .unwrap();
         let stats = Arc::new(FifoStats::default());

@@ -43,12 +43,18 @@ use crate::delta_fifo::{Delta, Popped};
 use crate::event::{Cause, Event};
 use crate::key::ObjectKey;
 use crate::listener::{
-    Deliver, DeliverResync, Listener, ListenerGone, Replay, SubscriberId,
-    UpstreamSynced as ListenerUpstreamSynced,
+    CreditLine, Deliver, DeliverResync, DeliveryCredit, Listener, ListenerGone, Replay,
+    SubscriberId, UpstreamSynced as ListenerUpstreamSynced,
 };
 
 /// The events one listener receives from one step of work.
-type Delivery<K> = (SubscriberId, Addr<Listener<K>>, Vec<Event<K>>);
+type Delivery<K> = (SubscriberId, Vec<Event<K>>);
+
+/// A subscribed listener: its address and the credit its deliveries go on.
+struct Outlet<K: Send + Sync + 'static> {
+    addr: Addr<Listener<K>>,
+    credit: CreditLine,
+}
 
 /// Most events per `Deliver` or `DeliverResync`: resync sweeps and large
 /// batches (the initial list) go to the listeners in chunks of this many,
@@ -87,6 +93,20 @@ pub struct Subscribe<K: Send + Sync + 'static> {
     pub id: SubscriberId,
     /// Its listener actor.
     pub listener: Addr<Listener<K>>,
+    /// Its credit ([`Listener::credit`]).
+    pub credit: Arc<DeliveryCredit>,
+}
+
+impl<K: Send + Sync + 'static> Subscribe<K> {
+    /// Starts `listener` (on the current arbiter) and subscribes it as `id`.
+    pub fn start(id: SubscriberId, listener: Listener<K>) -> Self {
+        let credit = listener.credit();
+        Subscribe {
+            id,
+            listener: listener.start(),
+            credit,
+        }
+    }
 }
 
 impl<K: Send + Sync + 'static> Message for Subscribe<K> {
@@ -241,7 +261,7 @@ struct Sweep<K> {
 /// The Indexer actor.
 pub struct Indexer<K: Resource + Send + Sync + 'static> {
     cache: Cache<K>,
-    listeners: BTreeMap<SubscriberId, Addr<Listener<K>>>,
+    listeners: BTreeMap<SubscriberId, Outlet<K>>,
     syncing: BTreeSet<SubscriberId>,
     upstream_synced: bool,
     busy: bool,
@@ -386,30 +406,52 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
         }
     }
 
-    /// Sends each listener its events and runs `then` once all answered.
+    /// Sends each listener its events and runs `then` once all accepted
+    /// them: at once when every listener had the credit to take them
+    /// unanswered, else once the answered ones answered.
     fn distribute(
         &mut self,
         per_listener: Vec<Delivery<K>>,
         ctx: &mut Context<Self>,
         then: impl FnOnce(&mut Self, &mut Context<Self>) + 'static,
     ) {
-        self.busy = true;
-        send_each(
-            per_listener
-                .into_iter()
-                .filter(|(_, _, evs)| !evs.is_empty())
-                .map(|(id, addr, evs)| (id, addr, Deliver(evs))),
-        )
-        .into_actor(self)
-        .map(move |gone, act, ctx| {
-            for id in gone {
-                act.lose(id);
+        let mut answered = Vec::new();
+        let mut gone = Vec::new();
+        for (id, evs) in per_listener {
+            let Some(outlet) = self.listeners.get_mut(&id) else {
+                continue;
+            };
+            if evs.is_empty() {
+                continue;
             }
-            act.busy = false;
-            then(act, ctx);
-            act.step(ctx);
-        })
-        .spawn(ctx);
+            if !outlet.addr.connected() {
+                gone.push(id);
+            } else if outlet.credit.try_unanswered(evs.len()) {
+                outlet.addr.do_send(Deliver(evs));
+            } else {
+                outlet.credit.sent(evs.len());
+                answered.push((id, outlet.addr.clone(), Deliver(evs)));
+            }
+        }
+        for id in gone {
+            self.lose(id);
+        }
+        if answered.is_empty() {
+            then(self, ctx);
+            return;
+        }
+        self.busy = true;
+        send_each(answered)
+            .into_actor(self)
+            .map(move |gone, act, ctx| {
+                for id in gone {
+                    act.lose(id);
+                }
+                act.busy = false;
+                then(act, ctx);
+                act.step(ctx);
+            })
+            .spawn(ctx);
     }
 
     fn lose(&mut self, id: SubscriberId) {
@@ -430,8 +472,9 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
         self.list_ahead();
         self.free_a_slice();
         // Real work first: a batch applied now also reaches each listener
-        // before any resync chunk read from the cache after it.
-        if !self.busy
+        // before any resync chunk read from the cache after it. Batches its
+        // listeners took on credit leave the Indexer free for the next one.
+        while !self.busy
             && let Some((batch, reply)) = self.batches.pop_front()
         {
             self.run_batch(batch, reply, ctx);
@@ -471,8 +514,8 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
         // Who receives this batch is fixed when it is applied.
         let targets = self
             .listeners
-            .iter()
-            .map(|(id, addr)| (*id, addr.clone(), self.syncing.contains(id)))
+            .keys()
+            .map(|id| (*id, self.syncing.contains(id)))
             .collect();
         self.deliver_chunks(events, targets, 0, reply, ctx);
     }
@@ -482,7 +525,7 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
     fn deliver_chunks(
         &mut self,
         events: Vec<(Event<K>, bool)>,
-        targets: Vec<(SubscriberId, Addr<Listener<K>>, bool)>,
+        targets: Vec<(SubscriberId, bool)>,
         pos: usize,
         reply: oneshot::Sender<()>,
         ctx: &mut Context<Self>,
@@ -491,14 +534,14 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
         self.handing_out = end < events.len();
         let per_listener = targets
             .iter()
-            .filter(|(id, _, _)| self.listeners.contains_key(id))
-            .map(|(id, addr, syncing)| {
+            .filter(|(id, _)| self.listeners.contains_key(id))
+            .map(|(id, syncing)| {
                 let evs = events[pos..end]
                     .iter()
                     .filter(|(_, sync_only)| !sync_only || *syncing)
                     .map(|(e, _)| e.clone())
                     .collect();
-                (*id, addr.clone(), evs)
+                (*id, evs)
             })
             .collect();
         self.distribute(per_listener, ctx, move |act, ctx| {
@@ -591,7 +634,7 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
                 cause: Cause::Resync,
             });
             for sweep in group {
-                let Some(addr) = self.listeners.get(&sweep.id).cloned() else {
+                let Some(addr) = self.listeners.get(&sweep.id).map(|o| o.addr.clone()) else {
                     self.syncing.remove(&sweep.id);
                     continue;
                 };
@@ -745,8 +788,8 @@ impl<K: Resource + Send + Sync + 'static> Handler<UpstreamSynced> for Indexer<K>
     fn handle(&mut self, _: UpstreamSynced, _: &mut Context<Self>) {
         let _span = self.span.clone().entered();
         self.upstream_synced = true;
-        for addr in self.listeners.values() {
-            addr.do_send(ListenerUpstreamSynced);
+        for outlet in self.listeners.values() {
+            outlet.addr.do_send(ListenerUpstreamSynced);
         }
     }
 }
@@ -768,7 +811,13 @@ impl<K: Resource + Send + Sync + 'static> Handler<Subscribe<K>> for Indexer<K> {
         if self.upstream_synced {
             msg.listener.do_send(ListenerUpstreamSynced);
         }
-        self.listeners.insert(msg.id, msg.listener);
+        self.listeners.insert(
+            msg.id,
+            Outlet {
+                addr: msg.listener,
+                credit: CreditLine::new(msg.credit),
+            },
+        );
         self.stats
             .listeners
             .store(self.listeners.len(), Ordering::Relaxed);
@@ -858,7 +907,7 @@ mod tests {
     }
 
     /// A Block listener of `capacity` over a [`Gated`] subscriber.
-    fn listener(capacity: usize, gate: watch::Receiver<bool>) -> (Addr<Listener<ConfigMap>>, Seen) {
+    fn listener(capacity: usize, gate: watch::Receiver<bool>) -> (Listener<ConfigMap>, Seen) {
         listener_with(OverflowPolicy::Block, capacity, gate)
     }
 
@@ -866,22 +915,21 @@ mod tests {
         policy: OverflowPolicy,
         capacity: usize,
         gate: watch::Receiver<bool>,
-    ) -> (Addr<Listener<ConfigMap>>, Seen) {
+    ) -> (Listener<ConfigMap>, Seen) {
         let seen = Seen::default();
         let sink = Gated {
             seen: seen.clone(),
             gate,
         }
         .start();
-        let addr = Listener::new(
+        let listener = Listener::new(
             SubscriberId(0),
             sink.recipient(),
             ListenerOptions { policy, capacity },
             watch::channel(false).0,
             Arc::new(ListenerStats::default()),
-        )
-        .start();
-        (addr, seen)
+        );
+        (listener, seen)
     }
 
     /// A cache holding a ConfigMap of each name.
@@ -905,14 +953,11 @@ mod tests {
     /// Subscribes these listeners, in order, under these ids.
     async fn subscribe<const N: usize>(
         indexer: &Addr<Indexer<ConfigMap>>,
-        listeners: [(u64, Addr<Listener<ConfigMap>>); N],
+        listeners: [(u64, Listener<ConfigMap>); N],
     ) {
         for (id, listener) in listeners {
             indexer
-                .send(Subscribe {
-                    id: SubscriberId(id),
-                    listener,
-                })
+                .send(Subscribe::start(SubscriberId(id), listener))
                 .await
                 .unwrap();
         }
@@ -980,6 +1025,74 @@ mod tests {
                 "{key}: resync before its add"
             );
         }
+    }
+
+    /// Credit (deliveries sent unanswered) never takes a `Block` listener
+    /// past its bound: what its queue cannot take goes answered, and the
+    /// batches after it wait until the subscriber makes room, in order.
+    #[actix::test]
+    async fn a_full_block_listener_holds_the_batches_beyond_its_credit() {
+        let indexer = Indexer::new(Cache::new(), Arc::new(IndexerStats::default())).start();
+        let (gate, closed) = watch::channel(false);
+        let seen = Seen::default();
+        let sink = Gated {
+            seen: seen.clone(),
+            gate: closed,
+        }
+        .start();
+        let stats = Arc::new(ListenerStats::default());
+        let capacity = 4;
+        let listener = Listener::new(
+            SubscriberId(1),
+            sink.recipient(),
+            ListenerOptions {
+                policy: OverflowPolicy::Block,
+                capacity,
+            },
+            watch::channel(false).0,
+            stats.clone(),
+        );
+        subscribe(&indexer, [(1, listener)]).await;
+        let mut queue = DeltaQueue::new(DeltaQueueOptions::default());
+        let answered = Arc::new(AtomicUsize::new(0));
+        let n = 20;
+        for i in 0..n {
+            queue.add(cm(&format!("o{i:02}")), &()).unwrap();
+            let processed = indexer.send(Process(queue.pop_batch(1)));
+            let answered = answered.clone();
+            actix::spawn(async move {
+                processed.await.unwrap();
+                answered.fetch_add(1, Ordering::SeqCst);
+            });
+        }
+        // The queue full and one delivery parked behind it, unanswered.
+        until("the listener is full", || {
+            stats.pending.load(Ordering::SeqCst) == capacity + 1
+        })
+        .await;
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+        // Answered: the events queued, the one the subscriber handled and
+        // the one in its mailbox (the gate pauses it after a handler call).
+        let taken = answered.load(Ordering::SeqCst);
+        assert!(taken <= capacity + 2, "{taken} batches answered");
+        assert_eq!(stats.pending.load(Ordering::SeqCst), capacity + 1);
+        assert_eq!(seen.lock().unwrap().len(), 1);
+        gate.send_replace(true);
+        until("every batch answered", || {
+            answered.load(Ordering::SeqCst) == n
+        })
+        .await;
+        until("every event delivered", || seen.lock().unwrap().len() == n).await;
+        let keys: Vec<_> = seen
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(k, _)| k.clone())
+            .collect();
+        let expected: Vec<_> = (0..n).map(|i| format!("ns/o{i:02}")).collect();
+        assert_eq!(keys, expected, "in order");
     }
 
     /// A `Sync` delta (DeltaFIFO without `emit_replaced`) of a changed object
@@ -1235,8 +1348,7 @@ mod tests {
                 },
                 watch::channel(false).0,
                 stats[tag as usize - 1].clone(),
-            )
-            .start();
+            );
             (tag, listener)
         });
         subscribe(&indexer, listeners).await;

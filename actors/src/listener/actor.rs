@@ -27,7 +27,7 @@ use actix::prelude::*;
 use futures::channel::oneshot;
 use tokio::sync::watch;
 
-use super::{ListenerQueue, OverflowPolicy, ResyncLane, SyncTracker};
+use super::{DeliveryCredit, ListenerQueue, OverflowPolicy, ResyncLane, SyncTracker};
 use crate::event::{Cause, Event, EventBatch};
 use crate::key::ObjectKey;
 
@@ -64,7 +64,9 @@ pub struct ListenerStats {
     pub gone: AtomicBool,
 }
 
-/// Notifications for the subscriber, in order. Answered once all are queued.
+/// Notifications for the subscriber, in order. Answered once all are queued
+/// (a full `Block` queue parks the rest until there is room). The Indexer
+/// sends most unanswered, within the listener's [`DeliveryCredit`].
 pub struct Deliver<K>(pub Vec<Event<K>>);
 
 impl<K: 'static> Message for Deliver<K> {
@@ -271,6 +273,8 @@ pub struct Listener<K: Send + Sync + 'static> {
     /// lock (a `lock cmpxchg`): about 3 % of the CPU with 100 subscribers at
     /// 1000 events/s (perf), for a value only this listener writes.
     synced_sent: Cell<bool>,
+    /// What the Indexer may send without waiting for an answer.
+    credit: Arc<DeliveryCredit>,
     stats: Arc<ListenerStats>,
     span: tracing::Span,
 }
@@ -295,10 +299,12 @@ impl<K: Send + Sync + 'static> Listener<K> {
                 (Sink::Batches(Arc::new(recipient)), 1, max.max(1))
             }
         };
+        let queue = ListenerQueue::new(options.policy, options.capacity);
         Listener {
             id,
             replay: None,
-            queue: ListenerQueue::new(options.policy, options.capacity),
+            credit: DeliveryCredit::new(queue.room()),
+            queue,
             lane: ResyncLane::new(),
             lane_reply: None,
             lane_timer: false,
@@ -325,6 +331,11 @@ impl<K: Send + Sync + 'static> Listener<K> {
     pub fn in_span(mut self, span: tracing::Span) -> Self {
         self.span = span;
         self
+    }
+
+    /// The credit the Indexer sends on ([`Subscribe`](crate::indexer::Subscribe) carries it).
+    pub fn credit(&self) -> Arc<DeliveryCredit> {
+        Arc::clone(&self.credit)
     }
 
     /// Pushes what fits; the rest stays parked (queue full) in order.
@@ -391,6 +402,8 @@ impl<K: Send + Sync + 'static> Listener<K> {
     }
 
     fn refresh_stats(&self) {
+        self.credit
+            .set_room(self.queue.room().saturating_sub(self.parked.len()));
         self.stats.pending.store(
             self.replay_len() + self.queue.len() + self.lane.len() + self.parked.len(),
             Ordering::Relaxed,
@@ -692,7 +705,10 @@ impl<K: Send + Sync + 'static> Handler<Deliver<K>> for Listener<K> {
         if self.stopping {
             return Accepted::Now(Err(ListenerGone));
         }
+        let taken = events.len();
         self.accept(events);
+        // After `accept` published the room left.
+        self.credit.took(taken);
         self.pump(ctx);
         // Decide after pumping: a delivery may already have made room for
         // everything that was parked.

@@ -212,6 +212,15 @@ impl<K> ListenerQueue<K> {
         }
     }
 
+    /// Pushes that would be taken now: `Block` the free slots; `Coalesce`
+    /// `usize::MAX` (never refused).
+    pub fn room(&self) -> usize {
+        match &self.inner {
+            Inner::Block(q) => self.capacity.saturating_sub(q.len()),
+            Inner::Coalesce(_) => usize::MAX,
+        }
+    }
+
     /// Notifications merged away since the queue was made (a metric; `clear` keeps it).
     pub fn coalesced(&self) -> u64 {
         self.coalesced
