@@ -22,6 +22,7 @@ use kube::Resource;
 use tokio::sync::watch;
 
 use super::{DeltaQueue, DeltaQueueOptions, PopReceipt};
+use crate::answer::Answer;
 use crate::indexer::{CacheReader, Indexer, Process, UpstreamSynced};
 
 /// One watch event, as the Reflector hands it over.
@@ -173,14 +174,14 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
         self.queue.pending_deltas() >= self.options.high_watermark
     }
 
-    fn answer(&mut self) -> ResponseFuture<Result<(), FifoClosed>> {
+    fn answer(&mut self) -> Answer<Result<(), FifoClosed>> {
         self.refresh_stats();
         if !self.saturated() {
-            return Box::pin(async { Ok(()) });
+            return Answer::Now(Ok(()));
         }
         let (tx, rx) = oneshot::channel();
         self.held_producers.push(tx);
-        Box::pin(async move { rx.await.unwrap_or(Err(FifoClosed)) })
+        Answer::Later(rx)
     }
 
     fn refresh_stats(&self) {
@@ -264,7 +265,7 @@ impl<K: Resource + Send + Sync + 'static> Actor for DeltaFifo<K> {
 }
 
 impl<K: Resource + Send + Sync + 'static> Handler<Enqueue<K>> for DeltaFifo<K> {
-    type Result = ResponseFuture<Result<(), FifoClosed>>;
+    type Result = Answer<Result<(), FifoClosed>>;
 
     fn handle(&mut self, Enqueue(events): Enqueue<K>, ctx: &mut Context<Self>) -> Self::Result {
         let _span = self.span.clone().entered();
@@ -285,7 +286,7 @@ impl<K: Resource + Send + Sync + 'static> Handler<Enqueue<K>> for DeltaFifo<K> {
 }
 
 impl<K: Resource + Send + Sync + 'static> Handler<Replace<K>> for DeltaFifo<K> {
-    type Result = ResponseFuture<Result<(), FifoClosed>>;
+    type Result = Answer<Result<(), FifoClosed>>;
 
     fn handle(&mut self, msg: Replace<K>, ctx: &mut Context<Self>) -> Self::Result {
         let _span = self.span.clone().entered();

@@ -39,6 +39,7 @@ use futures::channel::oneshot;
 use kube::Resource;
 
 use super::{Cache, CacheView, LazyKeys};
+use crate::answer::Answer;
 use crate::delta_fifo::{Delta, Popped};
 use crate::event::{Cause, Event};
 use crate::key::ObjectKey;
@@ -769,16 +770,15 @@ impl<K: Resource + Send + Sync + 'static> Actor for Indexer<K> {
 }
 
 impl<K: Resource + Send + Sync + 'static> Handler<Process<K>> for Indexer<K> {
-    type Result = ResponseFuture<()>;
+    type Result = Answer<()>;
 
     fn handle(&mut self, Process(batch): Process<K>, ctx: &mut Context<Self>) -> Self::Result {
         let _span = self.span.clone().entered();
         let (tx, rx) = oneshot::channel();
         self.batches.push_back((batch, tx));
         self.step(ctx);
-        Box::pin(async move {
-            let _ = rx.await;
-        })
+        // Listeners with credit took it all already: answered in place.
+        Answer::from_receiver(rx, ())
     }
 }
 

@@ -28,6 +28,7 @@ use futures::channel::oneshot;
 use tokio::sync::watch;
 
 use super::{DeliveryCredit, ListenerQueue, OverflowPolicy, ResyncLane, SyncTracker};
+use crate::answer::Answer;
 use crate::event::{Cause, Event, EventBatch};
 use crate::key::ObjectKey;
 
@@ -102,42 +103,6 @@ pub struct DeliverResync<K>(pub Vec<Event<K>>);
 
 impl<K: 'static> Message for DeliverResync<K> {
     type Result = Result<(), ListenerGone>;
-}
-
-/// A listener's answer to [`Deliver`] or [`DeliverResync`]: at once when
-/// the events were taken in, or later, when a full `Block` listener parked
-/// them or a resync lane is above its low mark. actix's `ResponseFuture`
-/// spawns a task for every answer, the immediate ones too; this answers
-/// those in place and spawns only for the deferred ones.
-pub enum Accepted {
-    /// Answered now.
-    Now(Result<(), ListenerGone>),
-    /// Answered when the listener sends on the other end.
-    Later(oneshot::Receiver<Result<(), ListenerGone>>),
-}
-
-impl<K, M> actix::dev::MessageResponse<Listener<K>, M> for Accepted
-where
-    K: Send + Sync + 'static,
-    M: Message<Result = Result<(), ListenerGone>>,
-{
-    fn handle(
-        self,
-        ctx: &mut Context<Listener<K>>,
-        tx: Option<actix::dev::OneshotSender<Result<(), ListenerGone>>>,
-    ) {
-        let Some(tx) = tx else { return };
-        match self {
-            Accepted::Now(answer) => {
-                let _ = tx.send(answer);
-            }
-            Accepted::Later(rx) => {
-                ctx.spawn(actix::fut::wrap_future(async move {
-                    let _ = tx.send(rx.await.unwrap_or(Err(ListenerGone)));
-                }));
-            }
-        }
-    }
 }
 
 /// A [`DeliverResync`] is answered once the resync lane holds at most this many...
@@ -698,12 +663,16 @@ impl<K: Send + Sync + 'static> Actor for Listener<K> {
 }
 
 impl<K: Send + Sync + 'static> Handler<Deliver<K>> for Listener<K> {
-    type Result = Accepted;
+    type Result = Answer<Result<(), ListenerGone>>;
 
-    fn handle(&mut self, Deliver(events): Deliver<K>, ctx: &mut Context<Self>) -> Accepted {
+    fn handle(
+        &mut self,
+        Deliver(events): Deliver<K>,
+        ctx: &mut Context<Self>,
+    ) -> Answer<Result<(), ListenerGone>> {
         let _span = self.span.clone().entered();
         if self.stopping {
-            return Accepted::Now(Err(ListenerGone));
+            return Answer::Now(Err(ListenerGone));
         }
         let taken = events.len();
         self.accept(events);
@@ -713,11 +682,11 @@ impl<K: Send + Sync + 'static> Handler<Deliver<K>> for Listener<K> {
         // Decide after pumping: a delivery may already have made room for
         // everything that was parked.
         if self.parked.is_empty() {
-            return Accepted::Now(Ok(()));
+            return Answer::Now(Ok(()));
         }
         let (tx, rx) = oneshot::channel();
         self.parked_reply = Some(tx);
-        Accepted::Later(rx)
+        Answer::Later(rx)
     }
 }
 
@@ -744,16 +713,16 @@ impl<K: Send + Sync + 'static> Handler<Replay<K>> for Listener<K> {
 }
 
 impl<K: Send + Sync + 'static> Handler<DeliverResync<K>> for Listener<K> {
-    type Result = Accepted;
+    type Result = Answer<Result<(), ListenerGone>>;
 
     fn handle(
         &mut self,
         DeliverResync(events): DeliverResync<K>,
         ctx: &mut Context<Self>,
-    ) -> Accepted {
+    ) -> Answer<Result<(), ListenerGone>> {
         let _span = self.span.clone().entered();
         if self.stopping {
-            return Accepted::Now(Err(ListenerGone));
+            return Answer::Now(Err(ListenerGone));
         }
         for event in events {
             self.lane.push(event);
@@ -764,14 +733,14 @@ impl<K: Send + Sync + 'static> Handler<DeliverResync<K>> for Listener<K> {
             let _ = earlier.send(Ok(()));
         }
         if self.lane.len() <= RESYNC_LANE_LOW {
-            return Accepted::Now(Ok(()));
+            return Answer::Now(Ok(()));
         }
         let (tx, rx) = oneshot::channel();
         self.lane_reply = Some((tokio::time::Instant::now() + RESYNC_HOLD_MAX, tx));
         if !self.lane_timer {
             self.arm_lane_timer(RESYNC_HOLD_MAX, ctx);
         }
-        Accepted::Later(rx)
+        Answer::Later(rx)
     }
 }
 
