@@ -3,8 +3,10 @@
 //! [`Cause`], and distributes them to the listeners (SI-8, SI-9).
 //!
 //! - A batch is answered (acknowledged to the DeltaFIFO) only when every
-//!   listener has accepted its events: a `Block` listener that is full holds
-//!   the pipeline back; a `Coalesce` listener never does.
+//!   listener has accepted its events: sent on credit (they fit in the room
+//!   the listener published, [`DeliveryCredit`]), or answered once queued. A
+//!   `Block` listener that is full holds the pipeline back; a `Coalesce`
+//!   listener never does.
 //! - Updates whose resourceVersion did not change (a relist of an unchanged
 //!   object) go only to the subscribers that are due for resync, i.e. whose
 //!   resync sweep is in progress (client-go: flagged at the last check,
@@ -16,9 +18,9 @@
 //! - A resync replays the current cache, in chunks, to the subscribers that
 //!   are due, and only to them. Chunks go to the listeners' resync lanes
 //!   ([`DeliverResync`]) beside the batches, one chunk in flight per subscriber.
-//!   One sweep at a time makes progress ([`SWEEPS_AT_ONCE`]), at the pace its
+//!   One sweep at a time makes progress (`SWEEPS_AT_ONCE`), at the pace its
 //!   subscriber takes it; the others wait their turn, oldest first. A
-//!   stalled subscriber holds that turn for [`SWEEP_SLOT_MAX`] at most, then
+//!   stalled subscriber holds that turn for `SWEEP_SLOT_MAX` at most, then
 //!   its sweep goes on beside the others, slowed only by its own subscriber
 //!   (up to [`RESYNC_HOLD_MAX`](crate::listener::RESYNC_HOLD_MAX) per chunk).
 //!   A sweep never puts a real change behind a queued resync, and is never

@@ -64,7 +64,7 @@ pub struct ReflectorStats {
     /// Watches that ended or failed to open, by [`WatchEndReason`] (indexed by `as usize`).
     pub watch_ends: [AtomicU64; WatchEndReason::ALL.len()],
     /// The last failed request since the last successful list (give the same
-    /// `Arc` to the [`ListWatch`](super::ListWatch) as its `failures`).
+    /// `Arc` to the [`ListWatch`] as its `failures`).
     pub last_failure: Arc<super::source::LastFailure>,
 }
 
