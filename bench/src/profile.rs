@@ -11,9 +11,7 @@ use std::time::Instant;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kinformer_actors::reflector::SourceEvent;
-use kinformer_actors::reflector::decode::{
-    DecodeOptions, WatchLine, decode_page, decode_watch_line,
-};
+use kinformer_actors::reflector::decode::{DecodeOptions, LineDecoder, PageDecoder, WatchLine};
 use kube::core::{ObjectList, WatchEvent};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -112,6 +110,11 @@ pub fn decode_once<K: DeserializeOwned + Clone>(
         skip_managed_fields: true,
     };
     let mut n = 0;
+    let mut decoder = PageDecoder::default();
+    let mut lines = LineDecoder::default();
+    // kinformer's page decoder parses in place: each page is copied first
+    // (the informer decodes the body it read; the copy is charged to it here).
+    let mut page = Vec::new();
     for input in inputs {
         n += match path {
             DecodePath::WatchKube => {
@@ -127,7 +130,7 @@ pub fn decode_once<K: DeserializeOwned + Clone>(
                 } else {
                     DecodeOptions::default()
                 };
-                match decode_watch_line::<K>(input, options)? {
+                match lines.decode::<K>(input, options)? {
                     WatchLine::Event(SourceEvent::Modified(_)) => 1,
                     _ => 0,
                 }
@@ -136,10 +139,16 @@ pub fn decode_once<K: DeserializeOwned + Clone>(
                 let text = String::from_utf8(input.clone())?;
                 serde_json::from_str::<ObjectList<K>>(&text)?.items.len()
             }
-            DecodePath::PageDecode => decode_page::<K>(input, DecodeOptions::default())?
-                .items
-                .len(),
-            DecodePath::PageSkip => decode_page::<K>(input, skip)?.items.len(),
+            DecodePath::PageDecode | DecodePath::PageSkip => {
+                let options = if path == DecodePath::PageSkip {
+                    skip
+                } else {
+                    DecodeOptions::default()
+                };
+                page.clear();
+                page.extend_from_slice(input);
+                decoder.decode::<K>(&mut page, options)?.items.len()
+            }
         };
     }
     Ok(n)

@@ -263,6 +263,7 @@ where
         let first = self.list_params(req);
         let mut lp = first.clone();
         let mut spare = Vec::with_capacity(1 << 20);
+        let mut decoder = decode::PageDecoder::default();
         let mut ahead: Option<Prefetch> = None;
         let mut items = Vec::new();
         let mut resource_version = None;
@@ -273,7 +274,7 @@ where
                 Some(prefetch) => prefetch.join().await,
                 None => self.fetch_page(&lp, std::mem::take(&mut spare)).await,
             };
-            let body = match fetched {
+            let mut body = match fetched {
                 Ok(body) => body,
                 Err(err) => {
                     let failure = classify(&err);
@@ -286,15 +287,16 @@ where
                             continue_token: None,
                             ..first.clone()
                         };
-                        let body = self
+                        let mut body = self
                             .fetch_page(&full, std::mem::take(&mut spare))
                             .await
                             .map_err(|e| {
                                 self.failures.record_error("list", &e);
                                 classify(&e)
                             })?;
-                        let list: decode::Page<K> =
-                            decode::decode_page(&body, self.decode_options()).map_err(|e| {
+                        let list: decode::Page<K> = decoder
+                            .decode(&mut body, self.decode_options())
+                            .map_err(|e| {
                                 let e = kube::Error::SerdeError(e);
                                 self.failures.record_error("list", &e);
                                 classify(&e)
@@ -318,7 +320,7 @@ where
                         .await,
                 );
             }
-            let page: decode::Page<K> = match decode::decode_page(&body, self.decode_options()) {
+            let page: decode::Page<K> = match decoder.decode(&mut body, self.decode_options()) {
                 Ok(page) => page,
                 Err(e) => {
                     let err = kube::Error::SerdeError(e);
@@ -482,6 +484,7 @@ impl Drop for Prefetch {
 struct WatchBody {
     body: Pin<Box<dyn AsyncBufRead + Send>>,
     line: Vec<u8>,
+    decoder: decode::LineDecoder,
     options: DecodeOptions,
     done: bool,
     /// Past this, the watch is over whatever the connection says.
@@ -497,6 +500,7 @@ fn watch_stream<K: DeserializeOwned + Send + 'static>(
     let state = WatchBody {
         body,
         line: Vec::with_capacity(16 * 1024),
+        decoder: decode::LineDecoder::default(),
         options,
         done: false,
         deadline,
@@ -596,7 +600,7 @@ async fn next_event<K: DeserializeOwned>(
         if line.is_empty() {
             continue;
         }
-        return match decode::decode_watch_line::<K>(line, st.options) {
+        return match st.decoder.decode::<K>(line, st.options) {
             Ok(decode::WatchLine::Event(event)) => Some(Ok(event)),
             Ok(decode::WatchLine::Error(status)) => {
                 tracing::info!(code = status.code, reason = %status.reason, message = %status.message, "watch ERROR event");
@@ -749,7 +753,13 @@ pub mod decode {
     //!   bookmark into its resourceVersion and annotations, an `ERROR` into a
     //!   `Status`. An envelope with `object` first still decodes (through a
     //!   buffered `serde_json::Value`).
-    //! * A list page keeps only its `metadata` and `items`.
+    //! * A list page keeps only its `metadata` and `items`. [`PageDecoder`]
+    //!   parses it in place with simd-json, whose tape knows each array's
+    //!   length before it is decoded: every `Vec` gets its exact capacity
+    //!   (serde_json grows them by doubling, which left a decoded Pod 9 %
+    //!   larger). [`LineDecoder`] does the same for watch lines, on a copy:
+    //!   a line simd-json refuses goes to serde_json intact, whose verdict
+    //!   (and error kinds: a line cut short is an EOF) then stands.
     //! * With [`DecodeOptions::skip_managed_fields`], `metadata.managedFields`
     //!   is skipped by the parser: never allocated, unlike a transform applied
     //!   after decoding.
@@ -900,6 +910,167 @@ pub mod decode {
         })?;
         de.end()?;
         Ok(page)
+    }
+
+    /// Bodies up to this size are parsed through simd-json's tape, which
+    /// takes about three times the body while the page decodes; a larger
+    /// body (an unpaginated list of a big collection) goes through
+    /// serde_json, whose scratch space does not grow with the body.
+    pub const MAX_TAPE_BODY: usize = 32 << 20;
+
+    /// simd-json's scratch space, its buffers and its tape, kept from input
+    /// to input: a tape allocated per list page came from fresh memory each
+    /// time and tripled the page faults of decoding.
+    struct TapeParser {
+        buffers: simd_json::Buffers,
+        tape: simd_json::Tape<'static>,
+    }
+
+    impl TapeParser {
+        fn new(len_hint: usize) -> Self {
+            TapeParser {
+                buffers: simd_json::Buffers::new(len_hint),
+                tape: simd_json::Tape::null(),
+            }
+        }
+
+        /// Parses `json` in place (padded for the parser meanwhile: its length
+        /// is restored, its bytes are scrambled) and hands it to `visit`.
+        fn parse<T>(
+            &mut self,
+            json: &mut Vec<u8>,
+            visit: impl for<'de> FnOnce(&mut simd_json::Deserializer<'de>) -> simd_json::Result<T>,
+        ) -> simd_json::Result<T> {
+            let len = json.len();
+            json.resize(len + simd_json::INPUT_PADDING, 0);
+            let mut tape = std::mem::replace(&mut self.tape, simd_json::Tape::null()).reset();
+            let result = match simd_json::fill_tape_padded(json, len, &mut self.buffers, &mut tape)
+            {
+                Ok(()) => {
+                    let mut de = simd_json::Deserializer::from_tape(tape);
+                    let result = visit(&mut de);
+                    tape = de.into_tape();
+                    result
+                }
+                Err(e) => Err(e),
+            };
+            self.tape = tape.reset();
+            json.truncate(len);
+            result
+        }
+    }
+
+    /// Decodes the pages of one list, keeping simd-json's scratch space from
+    /// page to page.
+    pub struct PageDecoder {
+        parser: Option<TapeParser>,
+        tape_limit: usize,
+    }
+
+    impl Default for PageDecoder {
+        fn default() -> Self {
+            PageDecoder::with_tape_limit(MAX_TAPE_BODY)
+        }
+    }
+
+    impl fmt::Debug for PageDecoder {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.debug_struct("PageDecoder")
+                .field("tape_limit", &self.tape_limit)
+                .finish_non_exhaustive()
+        }
+    }
+
+    impl PageDecoder {
+        /// A decoder that hands bodies past `limit` bytes to serde_json.
+        pub fn with_tape_limit(limit: usize) -> Self {
+            PageDecoder {
+                parser: None,
+                tape_limit: limit,
+            }
+        }
+
+        /// Decodes one list page like [`decode_page`], parsing `json` in
+        /// place: its bytes are scrambled afterwards.
+        ///
+        /// Measured on the benchmark's objects (callgrind, instructions per
+        /// object, 2026-12-01): ConfigMaps 23.6k with serde_json, 24.2k here;
+        /// Pods 386k and 344k, and 57.6 KB of heap each against 52.6 KB.
+        pub fn decode<K: DeserializeOwned>(
+            &mut self,
+            json: &mut Vec<u8>,
+            options: DecodeOptions,
+        ) -> Result<Page<K>, serde_json::Error> {
+            if json.len() > self.tape_limit {
+                return decode_page(json, options);
+            }
+            self.parser
+                .get_or_insert_with(|| TapeParser::new(json.len()))
+                .parse(json, |de| {
+                    de.deserialize_map(PageVisitor::<K> {
+                        options,
+                        _k: PhantomData,
+                    })
+                })
+                .map_err(de::Error::custom)
+        }
+    }
+
+    /// Watch lines longer than this go straight to serde_json, so that the
+    /// scratch space a [`LineDecoder`] keeps stays small.
+    const MAX_TAPE_LINE: usize = 2 << 20;
+
+    /// After a line longer than this, a [`LineDecoder`] lets its scratch
+    /// space go.
+    const KEEP_TAPE_SCRATCH: usize = 256 << 10;
+
+    /// Decodes the lines of one watch, keeping a scratch copy of the line
+    /// and simd-json's scratch space from line to line.
+    pub struct LineDecoder {
+        scratch: Vec<u8>,
+        parser: TapeParser,
+    }
+
+    impl Default for LineDecoder {
+        fn default() -> Self {
+            LineDecoder {
+                scratch: Vec::new(),
+                parser: TapeParser::new(16 << 10),
+            }
+        }
+    }
+
+    impl fmt::Debug for LineDecoder {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.debug_struct("LineDecoder").finish_non_exhaustive()
+        }
+    }
+
+    impl LineDecoder {
+        /// Decodes one watch line like [`decode_watch_line`], with the
+        /// exact `Vec` capacities of [`PageDecoder`]. `line` is left intact.
+        pub fn decode<K: DeserializeOwned>(
+            &mut self,
+            line: &[u8],
+            options: DecodeOptions,
+        ) -> Result<WatchLine<K>, serde_json::Error> {
+            if line.len() > MAX_TAPE_LINE {
+                return decode_watch_line(line, options);
+            }
+            self.scratch.clear();
+            self.scratch.extend_from_slice(line);
+            let decoded = self.parser.parse(&mut self.scratch, |de| {
+                de.deserialize_map(EnvelopeVisitor::<K> {
+                    options,
+                    _k: PhantomData,
+                })
+            });
+            if line.len() > KEEP_TAPE_SCRATCH {
+                *self = LineDecoder::default();
+            }
+            // A line simd-json refuses goes to serde_json, whose verdict stands.
+            decoded.or_else(|_| decode_watch_line(line, options))
+        }
     }
 
     /// Decodes one watch line (without its newline).
@@ -1798,6 +1969,186 @@ mod tests {
             )
             .is_err()
         );
+    }
+
+    /// A Pod with arrays of three (serde_json would give them capacity 4),
+    /// int-or-string ports, quantities, times, escapes and nulls.
+    const RICH_POD: &str = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"rich","namespace":"ns",
+        "resourceVersion":"9","creationTimestamp":"2024-05-01T10:00:00Z","uid":"u",
+        "labels":{"app":"w\"e\u00e9b"},"annotations":null,"finalizers":["a","b","c"],
+        "managedFields":[{"manager":"m1","operation":"Update","fieldsType":"FieldsV1","fieldsV1":{"f:spec":{}}},
+        {"manager":"m2","operation":"Apply","fieldsType":"FieldsV1","fieldsV1":{}},
+        {"manager":"m3","operation":"Update","time":"2024-05-01T10:00:01Z","fieldsType":"FieldsV1","fieldsV1":{}}]},
+        "spec":{"containers":[
+        {"name":"a","image":"i","env":[{"name":"E1","value":"1"},{"name":"E2","value":"2"},{"name":"E3"}],
+         "ports":[{"containerPort":8080,"protocol":"TCP"}],"readinessProbe":{"httpGet":{"port":8080,"path":"/"}},
+         "resources":{"limits":{"cpu":"500m","memory":"1Gi"}}},
+        {"name":"b","image":"i","livenessProbe":{"tcpSocket":{"port":"http"}},"unknownField":[1,{"x":null}]},
+        {"name":"c","image":"i","securityContext":{"runAsUser":1000,"privileged":false}}],
+        "terminationGracePeriodSeconds":30,"activeDeadlineSeconds":9007199254740993},
+        "status":{"phase":"Running","conditions":[{"type":"Ready","status":"True"}]}}"#;
+
+    fn page_of(items: &[&str]) -> Vec<u8> {
+        format!(
+            r#"{{"kind":"PodList","apiVersion":"v1","metadata":{{"resourceVersion":"42","continue":"c1"}},"items":[{}]}}"#,
+            items.join(",")
+        )
+        .into_bytes()
+    }
+
+    /// The page decoder gives the objects serde_json gives, with every
+    /// `Vec` at its exact capacity, and falls back to serde_json past its
+    /// size limit.
+    #[test]
+    fn page_decoder_matches_serde_json_with_exact_capacities() {
+        let expected: Pod = serde_json::from_str(RICH_POD).unwrap();
+        let page = page_of(&[RICH_POD, POD, RICH_POD]);
+        for skip in [false, true] {
+            let options = DecodeOptions {
+                skip_managed_fields: skip,
+            };
+            let reference: Page<Pod> = decode_page(&page, options).unwrap();
+            let mut decoder = decode::PageDecoder::default();
+            for _ in 0..2 {
+                // Twice: the second page reuses the decoder's buffers.
+                let mut body = page.clone();
+                let decoded: Page<Pod> = decoder.decode(&mut body, options).unwrap();
+                assert_eq!(body.len(), page.len(), "padding left behind");
+                assert_eq!(decoded.items, reference.items);
+                assert_eq!(decoded.items.capacity(), 3);
+                assert_eq!(decoded.resource_version.as_deref(), Some("42"));
+                assert_eq!(decoded.continue_token.as_deref(), Some("c1"));
+                let rich = &decoded.items[0];
+                let spec = rich.spec.as_ref().unwrap();
+                assert_eq!(spec.containers.capacity(), 3);
+                assert_eq!(spec.containers[0].env.as_ref().unwrap().capacity(), 3);
+                assert_eq!(rich.metadata.finalizers.as_ref().unwrap().capacity(), 3);
+                match skip {
+                    false => {
+                        assert_eq!(rich, &expected);
+                        assert_eq!(rich.metadata.managed_fields.as_ref().unwrap().capacity(), 3);
+                    }
+                    true => assert!(rich.metadata.managed_fields.is_none()),
+                }
+            }
+        }
+        // Past the limit, serde_json: the same objects, capacities by doubling.
+        let mut decoder = decode::PageDecoder::with_tape_limit(page.len() - 1);
+        let decoded: Page<Pod> = decoder
+            .decode(&mut page.clone(), DecodeOptions::default())
+            .unwrap();
+        assert_eq!(decoded.items[0], expected);
+        assert_eq!(
+            decoded.items[0]
+                .spec
+                .as_ref()
+                .unwrap()
+                .containers
+                .capacity(),
+            4
+        );
+    }
+
+    fn watch_line(event: &str, object: &str) -> Vec<u8> {
+        format!(r#"{{"type":"{event}","object":{object}}}"#).into_bytes()
+    }
+
+    /// The line decoder gives the events serde_json gives, with exact
+    /// capacities, and serde_json's errors for the lines it refuses.
+    #[test]
+    fn line_decoder_matches_serde_json_with_exact_capacities() {
+        let expected: Pod = serde_json::from_str(RICH_POD).unwrap();
+        let mut decoder = decode::LineDecoder::default();
+        for round in 0..2 {
+            let line = watch_line("MODIFIED", RICH_POD);
+            let Ok(WatchLine::Event(SourceEvent::Modified(pod))) =
+                decoder.decode::<Pod>(&line, DecodeOptions::default())
+            else {
+                panic!("round {round}: not a MODIFIED event");
+            };
+            assert_eq!(pod, expected);
+            assert_eq!(pod.spec.as_ref().unwrap().containers.capacity(), 3);
+            assert_eq!(pod.metadata.managed_fields.as_ref().unwrap().capacity(), 3);
+        }
+        // Object first: buffered, still decoded.
+        let swapped = format!(r#"{{"object":{RICH_POD},"type":"ADDED"}}"#);
+        assert!(matches!(
+            decoder.decode::<Pod>(swapped.as_bytes(), DecodeOptions::default()),
+            Ok(WatchLine::Event(SourceEvent::Added(pod))) if pod == expected
+        ));
+        // A line past the scratch limit, then an ordinary one again.
+        let big_value = "x".repeat(300 << 10);
+        let big = format!(
+            r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"big"}},"data":{{"k":"{big_value}"}}}}"#
+        );
+        let Ok(WatchLine::Event(SourceEvent::Added(cm))) =
+            decoder.decode::<ConfigMap>(&watch_line("ADDED", &big), DecodeOptions::default())
+        else {
+            panic!("the big line did not decode");
+        };
+        assert_eq!(cm.data.unwrap()["k"].len(), 300 << 10);
+        assert!(matches!(
+            decoder.decode::<Pod>(&watch_line("DELETED", POD), DecodeOptions::default()),
+            Ok(WatchLine::Event(SourceEvent::Deleted(_)))
+        ));
+        // Refused lines: the same verdict and error kind as serde_json's.
+        let full = watch_line("MODIFIED", POD);
+        let cases: Vec<Vec<u8>> = vec![
+            full[..full.len() - 1].to_vec(),
+            full[..full.len() / 2].to_vec(),
+            watch_line("SOMETHING", "{}"),
+            watch_line(
+                "ADDED",
+                r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{}}"#,
+            ),
+            watch_line("ADDED", r#"{"metadata":{"name":7}}"#),
+            br#"{"type":"ADDED"}"#.to_vec(),
+            br#"{"kind":"Status","status":"Failure","code":500}"#.to_vec(),
+            br#"[]"#.to_vec(),
+        ];
+        for case in cases {
+            let ours = decoder.decode::<Pod>(&case, DecodeOptions::default());
+            let theirs = decode_watch_line::<Pod>(&case, DecodeOptions::default());
+            let what = String::from_utf8_lossy(&case);
+            match (ours, theirs) {
+                (Err(a), Err(b)) => {
+                    assert_eq!(a.classify(), b.classify(), "{what}");
+                    assert_eq!(a.to_string(), b.to_string(), "{what}");
+                }
+                (a, b) => panic!("{what}: {a:?} against {b:?}"),
+            }
+        }
+    }
+
+    /// Malformed pages are errors, never panics, through either parser.
+    #[test]
+    fn page_decoder_refuses_malformed_pages() {
+        let good = page_of(&[POD]);
+        let mut bad_utf8 = good.clone();
+        let at = bad_utf8.windows(3).position(|w| w == b"\"p\"").unwrap();
+        bad_utf8[at + 1] = 0xff;
+        let cases: Vec<Vec<u8>> = vec![
+            good[..good.len() - 1].to_vec(),
+            good[..good.len() / 2].to_vec(),
+            bad_utf8,
+            br#"{"metadata":{},"items":{}}"#.to_vec(),
+            br#"{"metadata":{},"items":[{"metadata":{"name":7}}]}"#.to_vec(),
+            br#"{"metadata":{},"items":[]} trailing"#.to_vec(),
+            br#"[1,2,3]"#.to_vec(),
+            b"".to_vec(),
+            b"\x00\x01".to_vec(),
+        ];
+        for case in cases {
+            for limit in [usize::MAX, 0] {
+                let mut decoder = decode::PageDecoder::with_tape_limit(limit);
+                let result = decoder.decode::<Pod>(&mut case.clone(), DecodeOptions::default());
+                assert!(
+                    result.is_err(),
+                    "accepted {:?} (limit {limit})",
+                    String::from_utf8_lossy(&case)
+                );
+            }
+        }
     }
 
     #[test]
