@@ -645,6 +645,12 @@ async fn wait_for_sync_returns_stopped_when_the_informer_stops_first() {
 /// then never write nor close (a half-open connection, a frozen server).
 /// Returns its URL and how many watches it opened.
 async fn silent_server(hang_lists: bool) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    const EMPTY: &str = r#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"5"},"items":[]}"#;
+    fake_server((!hang_lists).then_some(EMPTY)).await
+}
+
+/// [`silent_server`], answering lists with `list` (or never).
+async fn fake_server(list: Option<&'static str>) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -670,8 +676,7 @@ async fn silent_server(hang_lists: bool) -> (String, Arc<std::sync::atomic::Atom
                 let _ = socket
                     .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n")
                     .await;
-            } else if !hang_lists {
-                let body = r#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"5"},"items":[]}"#;
+            } else if let Some(body) = list {
                 let _ = socket
                     .write_all(
                         format!(
@@ -697,6 +702,26 @@ fn informer_at(url: &str) -> kinformer::InformerBuilder<ConfigMap> {
         .backoff(fast_backoff())
         .read_timeout(Duration::from_millis(500))
         .min_watch_timeout(Duration::from_secs(1))
+}
+
+/// simd-json refuses integers past 64 bits (even in a field the type does
+/// not know), serde_json reads them as floats. Such a page is fetched again
+/// and decoded by serde_json: the informer syncs, with one list.
+#[actix::test]
+async fn a_page_only_simd_json_refuses_is_decoded_by_serde_json() {
+    const PAGE: &str = r#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"5"},
+        "items":[{"metadata":{"name":"big","namespace":"default","resourceVersion":"5"},
+        "data":{"k":"v"},"x-extension":18446744073709551616}]}"#;
+    let (url, _) = fake_server(Some(PAGE)).await;
+    let informer = informer_at(&url).start().unwrap();
+    informer.wait_for_sync(SYNC).await.unwrap();
+    let snapshot = informer.store().snapshot();
+    let cached: Vec<_> = snapshot.list();
+    assert_eq!(cached.len(), 1);
+    assert_eq!(cached[0].data.as_ref().unwrap()["k"], "v");
+    let stats = informer.stats();
+    assert_eq!((stats.failures, stats.relists), (0, 0));
+    informer.stop().await;
 }
 
 #[actix::test]

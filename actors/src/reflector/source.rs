@@ -287,16 +287,17 @@ where
                             continue_token: None,
                             ..first.clone()
                         };
-                        let mut body = self
+                        let body = self
                             .fetch_page(&full, std::mem::take(&mut spare))
                             .await
                             .map_err(|e| {
                                 self.failures.record_error("list", &e);
                                 classify(&e)
                             })?;
-                        let list: decode::Page<K> = decoder
-                            .decode(&mut body, self.decode_options())
-                            .map_err(|e| {
+                        // serde_json: the whole collection in one body is
+                        // usually past the tape's limit anyway.
+                        let list: decode::Page<K> =
+                            decode::decode_page(&body, self.decode_options()).map_err(|e| {
                                 let e = kube::Error::SerdeError(e);
                                 self.failures.record_error("list", &e);
                                 classify(&e)
@@ -322,7 +323,14 @@ where
             }
             let page: decode::Page<K> = match decoder.decode(&mut body, self.decode_options()) {
                 Ok(page) => page,
-                Err(e) => {
+                Err(decode::PageError::Tape(e)) => {
+                    // The decoder has switched to serde_json: fetch this page again.
+                    tracing::warn!(%e, "simd-json refused a list page; fetching it again for serde_json");
+                    ahead = None;
+                    spare = body;
+                    continue;
+                }
+                Err(decode::PageError::Json(e)) => {
                     let err = kube::Error::SerdeError(e);
                     tracing::warn!(%err, "list page could not be decoded");
                     self.failures.record_error("list", &err);
@@ -960,6 +968,20 @@ pub mod decode {
         }
     }
 
+    /// Why a list page did not decode.
+    #[derive(Debug, thiserror::Error)]
+    pub enum PageError {
+        /// simd-json refused it. Its bytes are scrambled, and the decoder
+        /// now hands every page to serde_json: fetch the page again and
+        /// decode it once more, so that serde_json decides (a page only
+        /// simd-json refuses must not stop an informer from syncing).
+        #[error("simd-json refused the page: {0}")]
+        Tape(serde_json::Error),
+        /// serde_json refused it: malformed.
+        #[error(transparent)]
+        Json(serde_json::Error),
+    }
+
     /// Decodes the pages of one list, keeping simd-json's scratch space from
     /// page to page.
     pub struct PageDecoder {
@@ -1000,19 +1022,24 @@ pub mod decode {
             &mut self,
             json: &mut Vec<u8>,
             options: DecodeOptions,
-        ) -> Result<Page<K>, serde_json::Error> {
+        ) -> Result<Page<K>, PageError> {
             if json.len() > self.tape_limit {
-                return decode_page(json, options);
+                return decode_page(json, options).map_err(PageError::Json);
             }
-            self.parser
+            let parsed = self
+                .parser
                 .get_or_insert_with(|| TapeParser::new(json.len()))
                 .parse(json, |de| {
                     de.deserialize_map(PageVisitor::<K> {
                         options,
                         _k: PhantomData,
                     })
-                })
-                .map_err(de::Error::custom)
+                });
+            parsed.map_err(|e| {
+                self.tape_limit = 0;
+                self.parser = None;
+                PageError::Tape(de::Error::custom(e))
+            })
         }
     }
 
@@ -2032,6 +2059,42 @@ mod tests {
                 }
             }
         }
+        // A page simd-json refuses switches the decoder to serde_json: here
+        // an integer past 64 bits, which serde_json reads as a float.
+        let mut decoder = decode::PageDecoder::default();
+        let mut broken = page_of(&[r#"{"metadata":{"name":"n"},"x":18446744073709551616}"#]);
+        assert!(matches!(
+            decoder.decode::<Pod>(&mut broken.clone(), DecodeOptions::default()),
+            Err(decode::PageError::Tape(_))
+        ));
+        let decoded: Page<Pod> = decoder
+            .decode(&mut broken, DecodeOptions::default())
+            .unwrap();
+        assert_eq!(decoded.items[0].metadata.name.as_deref(), Some("n"));
+        let mut decoder = decode::PageDecoder::default();
+        let mut broken = page.clone();
+        broken.truncate(page.len() - 1);
+        assert!(matches!(
+            decoder.decode::<Pod>(&mut broken, DecodeOptions::default()),
+            Err(decode::PageError::Tape(_))
+        ));
+        let decoded: Page<Pod> = decoder
+            .decode(&mut page.clone(), DecodeOptions::default())
+            .unwrap();
+        assert_eq!(decoded.items[0], expected);
+        assert_eq!(
+            decoded.items[0]
+                .spec
+                .as_ref()
+                .unwrap()
+                .containers
+                .capacity(),
+            4
+        );
+        assert!(matches!(
+            decoder.decode::<Pod>(&mut broken, DecodeOptions::default()),
+            Err(decode::PageError::Json(_))
+        ));
         // Past the limit, serde_json: the same objects, capacities by doubling.
         let mut decoder = decode::PageDecoder::with_tape_limit(page.len() - 1);
         let decoded: Page<Pod> = decoder
@@ -2090,6 +2153,12 @@ mod tests {
         assert!(matches!(
             decoder.decode::<Pod>(&watch_line("DELETED", POD), DecodeOptions::default()),
             Ok(WatchLine::Event(SourceEvent::Deleted(_)))
+        ));
+        // simd-json refuses integers past 64 bits; serde_json reads them as floats.
+        let big = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"n"},"x":18446744073709551616}"#;
+        assert!(matches!(
+            decoder.decode::<ConfigMap>(&watch_line("ADDED", big), DecodeOptions::default()),
+            Ok(WatchLine::Event(SourceEvent::Added(cm))) if cm.metadata.name.as_deref() == Some("n")
         ));
         // Refused lines: the same verdict and error kind as serde_json's.
         let full = watch_line("MODIFIED", POD);
