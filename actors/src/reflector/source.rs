@@ -763,9 +763,10 @@ pub mod decode {
     //!   buffered `serde_json::Value`).
     //! * A list page keeps only its `metadata` and `items`. [`PageDecoder`]
     //!   parses it in place with simd-json, whose tape knows each array's
-    //!   length before it is decoded: every `Vec` gets its exact capacity
-    //!   (serde_json grows them by doubling, which left a decoded Pod 9 %
-    //!   larger). [`LineDecoder`] does the same for watch lines, on a copy:
+    //!   length before it is decoded: every `Vec` of an object gets its
+    //!   exact capacity (serde_json grows them by doubling, which left a
+    //!   decoded Pod 9 % larger; serde still caps the hint of a huge array
+    //!   at 1 MiB of elements). [`LineDecoder`] does the same for watch lines, on a copy:
     //!   a line simd-json refuses goes to serde_json intact, whose verdict
     //!   (and error kinds: a line cut short is an EOF) then stands.
     //! * With [`DecodeOptions::skip_managed_fields`], `metadata.managedFields`
@@ -934,11 +935,18 @@ pub mod decode {
         tape: simd_json::Tape<'static>,
     }
 
+    /// serde_json's recursion limit: simd-json's own (1024) would let
+    /// serde's visitors recurse eight times deeper than before. Deeper input
+    /// is refused here, and serde_json decides, as it always did.
+    const MAX_DEPTH: usize = 128;
+
     impl TapeParser {
-        fn new(len_hint: usize) -> Self {
+        fn new() -> Self {
             TapeParser {
-                buffers: simd_json::Buffers::new(len_hint),
-                tape: simd_json::Tape::null(),
+                // Parsing padded input in place, simd-json never uses the
+                // input buffer a length hint would reserve.
+                buffers: simd_json::Buffers::with_max_depth(0, MAX_DEPTH),
+                tape: simd_json::Tape(Vec::new()),
             }
         }
 
@@ -951,7 +959,8 @@ pub mod decode {
         ) -> simd_json::Result<T> {
             let len = json.len();
             json.resize(len + simd_json::INPUT_PADDING, 0);
-            let mut tape = std::mem::replace(&mut self.tape, simd_json::Tape::null()).reset();
+            // Empty (it was reset when put back), so any lifetime will do.
+            let mut tape: simd_json::Tape<'_> = simd_json::Tape(std::mem::take(&mut self.tape.0));
             let result = match simd_json::fill_tape_padded(json, len, &mut self.buffers, &mut tape)
             {
                 Ok(()) => {
@@ -987,6 +996,8 @@ pub mod decode {
     pub struct PageDecoder {
         parser: Option<TapeParser>,
         tape_limit: usize,
+        /// False once simd-json refused a page: serde_json decodes the rest.
+        tape: bool,
     }
 
     impl Default for PageDecoder {
@@ -1009,6 +1020,15 @@ pub mod decode {
             PageDecoder {
                 parser: None,
                 tape_limit: limit,
+                tape: true,
+            }
+        }
+
+        /// A decoder that hands every body to serde_json.
+        pub fn without_tape() -> Self {
+            PageDecoder {
+                tape: false,
+                ..PageDecoder::default()
             }
         }
 
@@ -1023,12 +1043,12 @@ pub mod decode {
             json: &mut Vec<u8>,
             options: DecodeOptions,
         ) -> Result<Page<K>, PageError> {
-            if json.len() > self.tape_limit {
+            if !self.tape || json.len() > self.tape_limit {
                 return decode_page(json, options).map_err(PageError::Json);
             }
             let parsed = self
                 .parser
-                .get_or_insert_with(|| TapeParser::new(json.len()))
+                .get_or_insert_with(TapeParser::new)
                 .parse(json, |de| {
                     de.deserialize_map(PageVisitor::<K> {
                         options,
@@ -1036,7 +1056,7 @@ pub mod decode {
                     })
                 });
             parsed.map_err(|e| {
-                self.tape_limit = 0;
+                self.tape = false;
                 self.parser = None;
                 PageError::Tape(de::Error::custom(e))
             })
@@ -1062,7 +1082,7 @@ pub mod decode {
         fn default() -> Self {
             LineDecoder {
                 scratch: Vec::new(),
-                parser: TapeParser::new(16 << 10),
+                parser: TapeParser::new(),
             }
         }
     }
@@ -2198,16 +2218,31 @@ mod tests {
             b"\x00\x01".to_vec(),
         ];
         for case in cases {
-            for limit in [usize::MAX, 0] {
-                let mut decoder = decode::PageDecoder::with_tape_limit(limit);
-                let result = decoder.decode::<Pod>(&mut case.clone(), DecodeOptions::default());
-                assert!(
-                    result.is_err(),
-                    "accepted {:?} (limit {limit})",
-                    String::from_utf8_lossy(&case)
-                );
-            }
+            let what = String::from_utf8_lossy(&case).into_owned();
+            // simd-json refuses it, and the decoder switches to serde_json,
+            // which refuses it too (the empty body included: no refetch loop).
+            let mut decoder = decode::PageDecoder::default();
+            let result = decoder.decode::<Pod>(&mut case.clone(), DecodeOptions::default());
+            assert!(matches!(result, Err(decode::PageError::Tape(_))), "{what}");
+            let result = decoder.decode::<Pod>(&mut case.clone(), DecodeOptions::default());
+            assert!(matches!(result, Err(decode::PageError::Json(_))), "{what}");
+            let mut decoder = decode::PageDecoder::without_tape();
+            let result = decoder.decode::<Pod>(&mut case.clone(), DecodeOptions::default());
+            assert!(matches!(result, Err(decode::PageError::Json(_))), "{what}");
         }
+        // Nesting past 128 levels: refused by simd-json, and serde_json
+        // decides (here it skips the unknown field, as it always did).
+        let deep = format!(
+            r#"{{"metadata":{{}},"items":[{{"metadata":{{"name":"n"}},"x":{}{}}}]}}"#,
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        let mut decoder = decode::PageDecoder::default();
+        let result =
+            decoder.decode::<Pod>(&mut deep.clone().into_bytes(), DecodeOptions::default());
+        assert!(matches!(result, Err(decode::PageError::Tape(_))));
+        let result = decoder.decode::<Pod>(&mut deep.into_bytes(), DecodeOptions::default());
+        assert_eq!(result.unwrap().items.len(), 1);
     }
 
     #[test]
