@@ -765,10 +765,11 @@ pub mod decode {
     //!   parses it in place with simd-json, whose tape knows each array's
     //!   length before it is decoded: every `Vec` of an object gets its
     //!   exact capacity (serde_json grows them by doubling, which left a
-    //!   decoded Pod 9 % larger; serde still caps the hint of a huge array
-    //!   at 1 MiB of elements). [`LineDecoder`] does the same for watch lines, on a copy:
-    //!   a line simd-json refuses goes to serde_json intact, whose verdict
-    //!   (and error kinds: a line cut short is an EOF) then stands.
+    //!   decoded Pod 10 % larger; serde still caps the hint of a huge array
+    //!   at 1 MiB of elements). [`LineDecoder`] does the same for watch
+    //!   lines, on a copy: a line simd-json refuses goes to serde_json
+    //!   intact, whose verdict (and error kinds: a line cut short is an EOF)
+    //!   then stands.
     //! * With [`DecodeOptions::skip_managed_fields`], `metadata.managedFields`
     //!   is skipped by the parser: never allocated, unlike a transform applied
     //!   after decoding.
@@ -1036,8 +1037,9 @@ pub mod decode {
         /// place: its bytes are scrambled afterwards.
         ///
         /// Measured on the benchmark's objects (callgrind, instructions per
-        /// object, 2026-12-01): ConfigMaps 23.6k with serde_json, 24.2k here;
-        /// Pods 386k and 344k, and 57.6 KB of heap each against 52.6 KB.
+        /// object, 2026-12-01): ConfigMaps 22.6k with serde_json and here;
+        /// Pods 389k and 343k, cached in 56.4 KB each against 51.4 KB
+        /// (BENCHMARKS.md, "simd-json decoding").
         pub fn decode<K: DeserializeOwned>(
             &mut self,
             json: &mut Vec<u8>,
