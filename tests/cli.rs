@@ -90,6 +90,25 @@ fn run_embedded_for_5s_exits_0_with_a_summary() {
         assert!(handled >= 5_000, "{line}");
         assert!(!line.contains(" 0 watch"), "no watch events reached {line}");
     }
+    // The sync line counts what was cached when the informer synced, not at
+    // the later tick that printed it (the churn adds ConfigMaps meanwhile):
+    // about what the subscribers were handed as the initial list.
+    let synced: usize = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("configmaps: synced "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no sync line:\n{stdout}"));
+    let initial: usize = summary
+        .iter()
+        .find(|l| l.trim_start().starts_with("fast:"))
+        .and_then(|l| l.split_once('(')?.1.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no initial count:\n{stdout}"));
+    assert!(
+        initial >= 5_000 && synced >= initial && synced <= initial + 100,
+        "synced {synced} objects, {initial} initial adds:\n{stdout}"
+    );
     // Plain lines (stdout is a pipe): a live status line was printed.
     assert!(stdout.contains("events/s"), "{stdout}");
 }

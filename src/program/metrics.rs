@@ -139,8 +139,20 @@ pub struct InformerView {
     /// Its subscribers.
     pub subscribers: Vec<SubscriberView>,
     last_rv: Mutex<(String, Instant)>,
-    /// How long the initial sync took, once it is done.
-    pub synced_after: Arc<OnceLock<Duration>>,
+    /// The initial sync, once it is done.
+    pub synced: Arc<OnceLock<InitialSync>>,
+}
+
+/// What the informer looked like when its initial sync was done: the status
+/// line reports these, not the counts of the later tick that prints it.
+#[derive(Debug, Clone)]
+pub struct InitialSync {
+    /// How long it took from the program's start.
+    pub took: Duration,
+    /// Objects cached at that moment.
+    pub objects: usize,
+    /// The resourceVersion synced to.
+    pub resource_version: String,
 }
 
 impl InformerView {
@@ -157,7 +169,7 @@ impl InformerView {
             informer,
             subscribers,
             last_rv: Mutex::new((String::new(), Instant::now())),
-            synced_after: Arc::new(OnceLock::new()),
+            synced: Arc::new(OnceLock::new()),
         }
     }
 

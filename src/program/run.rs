@@ -12,7 +12,7 @@ use super::build::{CountingSubscriber, Selection, start_informer, subscribe_opti
 use super::cli::RunArgs;
 use super::cluster;
 use super::config::Loaded;
-use super::metrics::{self, InformerView, Notifications, Registry, SubscriberView};
+use super::metrics::{self, InformerView, InitialSync, Notifications, Registry, SubscriberView};
 use super::resource::{Resolved, ResourceSpec, resolve_all};
 use super::status::{self, Display};
 
@@ -220,7 +220,7 @@ async fn start_all(loaded: &Loaded) -> anyhow::Result<Started> {
     for view in &registry.informers {
         // Record when each informer syncs, for the progress display.
         let informer = view.informer.clone();
-        let synced_after = view.synced_after.clone();
+        let synced = view.synced.clone();
         let name = view.name.clone();
         actix::spawn(async move {
             if informer
@@ -229,8 +229,14 @@ async fn start_all(loaded: &Loaded) -> anyhow::Result<Started> {
                 .is_ok()
             {
                 let took = t0.elapsed();
-                tracing::info!(informer = %name, ?took, "initial sync done");
-                let _ = synced_after.set(took);
+                let objects = informer.stats().objects;
+                let resource_version = informer.last_sync_resource_version();
+                tracing::info!(informer = %name, ?took, objects, %resource_version, "initial sync done");
+                let _ = synced.set(InitialSync {
+                    took,
+                    objects,
+                    resource_version,
+                });
             }
         });
     }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use super::metrics::{InformerView, Registry, SubscriberView};
+use super::metrics::{InformerView, InitialSync, Registry, SubscriberView};
 
 /// Per-informer state of the display.
 struct Row {
@@ -95,17 +95,17 @@ impl Display {
             row.last_events = s.events;
             if row.synced_at.is_none() {
                 if view.informer.has_synced() {
-                    let took = view
-                        .synced_after
-                        .get()
-                        .copied()
-                        .unwrap_or_else(|| self.started.elapsed());
-                    row.synced_at = Some(took);
+                    // The counts of the moment it synced (the watch has
+                    // moved on since); this tick's if that is not recorded yet.
+                    let sync = view.synced.get().cloned().unwrap_or_else(|| InitialSync {
+                        took: self.started.elapsed(),
+                        objects: s.objects,
+                        resource_version: view.informer.last_sync_resource_version(),
+                    });
+                    row.synced_at = Some(sync.took);
                     let msg = format!(
                         "synced {} objects in {:.2?} at resourceVersion {}",
-                        s.objects,
-                        took,
-                        view.informer.last_sync_resource_version()
+                        sync.objects, sync.took, sync.resource_version
                     );
                     match (&row.bar, &self.multi) {
                         (Some(bar), Some(multi)) => {
