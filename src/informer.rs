@@ -166,7 +166,7 @@ where
     }
 
     /// Skip `metadata.managedFields` while decoding, so it is never allocated
-    /// (about 40 % of a decoded Pod's heap: 22 of 56 KB, BENCHMARKS.md). Cheaper than a [`transform`](Self::transform)
+    /// (about 40 % of a decoded Pod's heap: 22 of 51 KB, BENCHMARKS.md). Cheaper than a [`transform`](Self::transform)
     /// that clears it, which runs after the fields were decoded. Off by default.
     pub fn skip_managed_fields(mut self, skip: bool) -> Self {
         self.skip_managed_fields = skip;

@@ -28,7 +28,7 @@ pub struct Display {
 
 fn sync_style() -> ProgressStyle {
     ProgressStyle::with_template(
-        "{prefix:>14} [{bar:30}] {pos}/{len} objects ({per_sec}, {elapsed})",
+        "{prefix:>14} [{bar:30}] {pos}/{len} objects ({per_sec}, {elapsed}) {msg}",
     )
     .unwrap_or_else(|_| ProgressStyle::default_bar())
     .progress_chars("=> ")
@@ -126,26 +126,32 @@ impl Display {
                     continue;
                 }
                 let (done, total) = s.list_progress;
+                // Why it is not syncing, while it retries.
+                let failing = view
+                    .informer
+                    .last_failure()
+                    .map(|f| {
+                        let text = f.to_string();
+                        let short: String = text.chars().take(120).collect();
+                        let more = if short.len() < text.len() { "…" } else { "" };
+                        format!("retrying: last {short}{more}")
+                    })
+                    .unwrap_or_default();
                 match &row.bar {
                     Some(bar) => {
                         if total > 0 {
                             bar.set_length(total);
                         }
                         bar.set_position(done);
+                        bar.set_message(failing);
                     }
                     None => {
                         let speed = done.saturating_sub(row.last_progress) as f64 / dt;
-                        // Why it is not syncing, while it retries.
-                        let failing = view
-                            .informer
-                            .last_failure()
-                            .map(|f| {
-                                let text = f.to_string();
-                                let short: String = text.chars().take(120).collect();
-                                let more = if short.len() < text.len() { "…" } else { "" };
-                                format!("; retrying: last {short}{more}")
-                            })
-                            .unwrap_or_default();
+                        let failing = if failing.is_empty() {
+                            failing
+                        } else {
+                            format!("; {failing}")
+                        };
                         lines.push(format!(
                             "{}: initial sync {done}/{} objects ({speed:.0}/s){failing}",
                             view.name,
