@@ -12,7 +12,8 @@ use std::sync::{Arc, Mutex};
 use kinformer_actors::Object;
 use kube::Api;
 
-use crate::informer::{Informer, InformerBuilder, InformerError};
+use crate::error::InformerError;
+use crate::informer::{Informer, InformerBuilder};
 
 /// Identifies a shared informer: object type, resource path (with namespace) and selectors.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

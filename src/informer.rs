@@ -7,56 +7,26 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use kinformer_actors::Object;
+use kinformer_actors::SubscriberId;
 use kinformer_actors::delta_fifo::{DeltaFifo, FifoOptions, FifoStats};
 use kinformer_actors::indexer::{
-    Cache, CacheError, IndexFn, Indexer, IndexerStats, ListenerStopped, Subscribe, Unsubscribe,
+    Cache, IndexFn, Indexer, IndexerStats, ListenerStopped, Subscribe, Unsubscribe,
 };
-use kinformer_actors::listener::{
-    Listener, ListenerOptions, ListenerStats, StopListener, SubscriberId, Target,
-};
+use kinformer_actors::listener::{Listener, ListenerOptions, ListenerStats, StopListener, Target};
+use kinformer_actors::reflector::decode::DecodeOptions;
 use kinformer_actors::reflector::{
-    Backoff, DecodeOptions, ListWatch, Reflector, ReflectorOptions, ReflectorStats, RequestFailure,
-    StopReflector, Transform, WatchEndReason,
+    Backoff, ListWatch, Reflector, ReflectorOptions, ReflectorStats, RequestFailure, StopReflector,
+    Transform, WatchEndReason,
 };
 use kinformer_actors::resync::{CancelResync, ResyncTimer, ScheduleResync, StopResync};
 use kinformer_actors::{Event, EventBatch};
 use kube::Api;
 use tokio::sync::watch;
 
+use crate::error::InformerError;
 use crate::store::Store;
-use crate::subscription::{SubscribeOptions, Subscription};
-
-/// Why an informer operation failed.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum InformerError {
-    /// An index operation failed: adding one at start, or (through `?` on a
-    /// [`CacheError`]) a query on an index that does not exist.
-    #[error("index: {0}")]
-    Index(#[from] CacheError),
-    /// The informer did not sync in time; with the last failed request, if
-    /// any since the last successful list (a bad selector, a missing
-    /// permission, an unreachable server: the informer keeps retrying).
-    #[error("not synced within {waited:?}{}", last_failure.as_ref().map(|f| format!("; last {f}")).unwrap_or_default())]
-    SyncTimeout {
-        /// How long it waited.
-        waited: Duration,
-        /// The last failed list or watch request.
-        last_failure: Option<RequestFailure>,
-    },
-    /// The informer has stopped ([`Informer::stop`], or every handle dropped).
-    #[error("the informer has stopped")]
-    Stopped,
-    /// The subscriber's actor has stopped, so its listener is gone.
-    #[error("the subscriber has stopped")]
-    SubscriberGone,
-    /// [`InformerBuilder::start`] or a `subscribe*` call made outside an
-    /// actix System or a tokio `LocalSet` (e.g. from a `tokio::spawn`ed task).
-    #[error(
-        "informers and subscriptions must be started inside an actix System or a tokio LocalSet"
-    )]
-    NoActorRuntime,
-}
+use crate::subscription::{InformerLink, SubscribeOptions, Subscription, SubscriptionParts};
+use crate::wait::wait_synced;
 
 /// Configures an [`Informer`]; see [`Informer::builder`].
 pub struct InformerBuilder<K: Object> {
@@ -470,6 +440,16 @@ impl<K: Object> Drop for Undo<K> {
     }
 }
 
+impl<K: Object> InformerLink for Shared<K> {
+    fn stopped(&self) -> watch::Receiver<bool> {
+        self.stopped.subscribe()
+    }
+
+    fn last_failure(&self) -> Option<RequestFailure> {
+        self.stats.reflector.last_failure.get()
+    }
+}
+
 /// The last handle is gone (every `Informer` and `Subscription`): nobody can
 /// stop the informer any more, so it stops, as [`Informer::stop`] would.
 impl<K: Object> Drop for Shared<K> {
@@ -481,30 +461,6 @@ impl<K: Object> Drop for Shared<K> {
             arbiter.stop();
         }
     }
-}
-
-/// Waits until `synced` holds, at most `timeout`; `Stopped` once the informer
-/// stopped first, `gone` when `synced` closed (its owner ended).
-pub(crate) async fn wait_synced(
-    mut synced: watch::Receiver<bool>,
-    mut stopped: watch::Receiver<bool>,
-    timeout: Duration,
-    gone: InformerError,
-    last_failure: impl FnOnce() -> Option<RequestFailure>,
-) -> Result<(), InformerError> {
-    let wait = async {
-        tokio::select! {
-            biased;
-            r = synced.wait_for(|s| *s) => r.map(|_| ()).map_err(|_| gone),
-            _ = stopped.wait_for(|s| *s) => Err(InformerError::Stopped),
-        }
-    };
-    tokio::time::timeout(timeout, wait)
-        .await
-        .map_err(|_| InformerError::SyncTimeout {
-            waited: timeout,
-            last_failure: last_failure(),
-        })?
 }
 
 /// A running informer: subscribe actors, read the cache, wait for sync, stop.
@@ -689,7 +645,7 @@ where
                 resync.do_send(CancelResync(id));
             }
         });
-        Ok(Subscription {
+        Ok(Subscription::new(SubscriptionParts {
             id,
             listener,
             indexer: self.inner.indexer.clone(),
@@ -697,8 +653,8 @@ where
             resync_period,
             synced,
             stats,
-            _informer: self.clone(),
-        })
+            informer: self.inner.clone(),
+        }))
     }
 
     /// True once [`Informer::stop`] was called (SI-4: it cannot be restarted).
@@ -735,7 +691,7 @@ where
 
     /// Turns `true` once the informer is stopped.
     pub(crate) fn stopped(&self) -> watch::Receiver<bool> {
-        self.inner.stopped.subscribe()
+        self.inner.stopped()
     }
 
     /// The resourceVersion of the last list, or of the last watch event the

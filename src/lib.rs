@@ -42,13 +42,16 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod error;
 mod factory;
 mod informer;
 mod store;
 mod subscription;
+mod wait;
 
+pub use error::InformerError;
 pub use factory::InformerFactory;
-pub use informer::{Informer, InformerBuilder, InformerError, InformerStats, WatchEnds};
+pub use informer::{Informer, InformerBuilder, InformerStats, WatchEnds};
 /// The engine's internals (actors, messages, state machines). The names
 /// re-exported at this crate's root are the supported API; what is only
 /// reachable through `actors` may change between minor versions.
@@ -56,11 +59,11 @@ pub use kinformer_actors as actors;
 pub use kinformer_actors::Object;
 pub use kinformer_actors::delta_fifo::FifoOptions;
 pub use kinformer_actors::indexer::{CacheError, CacheView, IndexError, IndexFn, Snapshot};
-pub use kinformer_actors::listener::{OverflowPolicy, SubscriberId};
+pub use kinformer_actors::listener::OverflowPolicy;
 pub use kinformer_actors::reflector::{Backoff, RequestFailure, WatchEndReason};
 pub use kinformer_actors::resync::MINIMUM_RESYNC_PERIOD;
 pub use kinformer_actors::{
-    Cause, DeletedObject, Event, EventBatch, KeyError, ObjectKey, Tombstone,
+    Cause, DeletedObject, Event, EventBatch, KeyError, ObjectKey, SubscriberId, Tombstone,
 };
 pub use store::Store;
 pub use subscription::{SubscribeOptions, Subscription, SubscriptionStats};

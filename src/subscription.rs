@@ -5,14 +5,16 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use kinformer_actors::Object;
+use kinformer_actors::SubscriberId;
 use kinformer_actors::indexer::{Indexer, Unsubscribe};
-use kinformer_actors::listener::{
-    Listener, ListenerStats, OverflowPolicy, StopListener, SubscriberId,
-};
+use kinformer_actors::listener::{Listener, ListenerStats, OverflowPolicy, StopListener};
 use kinformer_actors::resync::{CancelResync, ResyncTimer, ScheduleResync};
 use tokio::sync::watch;
 
-use crate::informer::InformerError;
+use kinformer_actors::reflector::RequestFailure;
+
+use crate::error::InformerError;
+use crate::wait::wait_synced;
 
 /// How one subscriber wants to be served.
 #[derive(Debug, Clone, Copy)]
@@ -82,8 +84,17 @@ impl SubscribeOptions {
     }
 }
 
-/// A live subscription: its sync state, counters, and how to end it.
-pub struct Subscription<K: Object> {
+/// What a subscription asks of its informer. Holding it keeps the informer
+/// (and its Reflector's supervisor) alive while subscribed.
+pub(crate) trait InformerLink: Send + Sync {
+    /// Turns `true` once the informer is stopped.
+    fn stopped(&self) -> watch::Receiver<bool>;
+    /// The informer's last failed request, if any since its last list.
+    fn last_failure(&self) -> Option<RequestFailure>;
+}
+
+/// Everything a [`Subscription`] is made of, as the informer set it up.
+pub(crate) struct SubscriptionParts<K: Object> {
     pub(crate) id: SubscriberId,
     pub(crate) listener: Addr<Listener<K>>,
     pub(crate) indexer: Addr<Indexer<K>>,
@@ -91,8 +102,19 @@ pub struct Subscription<K: Object> {
     pub(crate) resync_period: Duration,
     pub(crate) synced: watch::Receiver<bool>,
     pub(crate) stats: Arc<ListenerStats>,
-    /// Keeps the informer (and its Reflector's supervisor) alive while subscribed.
-    pub(crate) _informer: crate::Informer<K>,
+    pub(crate) informer: Arc<dyn InformerLink>,
+}
+
+/// A live subscription: its sync state, counters, and how to end it.
+pub struct Subscription<K: Object> {
+    id: SubscriberId,
+    listener: Addr<Listener<K>>,
+    indexer: Addr<Indexer<K>>,
+    resync: Addr<ResyncTimer>,
+    resync_period: Duration,
+    synced: watch::Receiver<bool>,
+    stats: Arc<ListenerStats>,
+    informer: Arc<dyn InformerLink>,
 }
 
 /// A snapshot of one subscription's counters ([`Subscription::stats`]),
@@ -128,6 +150,29 @@ impl<K: Object> std::fmt::Debug for Subscription<K> {
 }
 
 impl<K: Object> Subscription<K> {
+    pub(crate) fn new(parts: SubscriptionParts<K>) -> Self {
+        let SubscriptionParts {
+            id,
+            listener,
+            indexer,
+            resync,
+            resync_period,
+            synced,
+            stats,
+            informer,
+        } = parts;
+        Subscription {
+            id,
+            listener,
+            indexer,
+            resync,
+            resync_period,
+            synced,
+            stats,
+            informer,
+        }
+    }
+
     /// This subscription's id.
     pub fn id(&self) -> SubscriberId {
         self.id
@@ -169,12 +214,12 @@ impl<K: Object> Subscription<K> {
     /// `Stopped` when the informer is stopped first, `SubscriberGone` when
     /// the subscriber's actor stopped.
     pub async fn wait_for_sync(&self, timeout: Duration) -> Result<(), InformerError> {
-        crate::informer::wait_synced(
+        wait_synced(
             self.synced.clone(),
-            self._informer.stopped(),
+            self.informer.stopped(),
             timeout,
             InformerError::SubscriberGone,
-            || self._informer.last_failure(),
+            || self.informer.last_failure(),
         )
         .await
     }

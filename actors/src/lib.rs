@@ -8,11 +8,15 @@
 #![forbid(unsafe_code)]
 
 pub mod answer;
+pub mod delta;
 pub mod event;
 pub mod key;
+pub mod subscriber;
 
+pub use delta::{Delta, DeltaType, KnownObjects, PopReceipt, Popped};
 pub use event::{Cause, Event, EventBatch};
 pub use key::{DeletedObject, KeyError, ObjectKey, Tombstone};
+pub use subscriber::SubscriberId;
 
 pub mod delta_fifo;
 pub mod indexer;

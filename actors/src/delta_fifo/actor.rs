@@ -21,43 +21,11 @@ use futures::channel::oneshot;
 use kube::Resource;
 use tokio::sync::watch;
 
-use super::{DeltaQueue, DeltaQueueOptions, PopReceipt};
+use super::messages::{Enqueue, FifoClosed, Replace, WatchDelta};
+use super::queue::{DeltaQueue, DeltaQueueOptions};
 use crate::answer::Answer;
-use crate::indexer::{CacheReader, Indexer, Process, UpstreamSynced};
-
-/// One watch event, as the Reflector hands it over.
-pub enum WatchDelta<K> {
-    /// `ADDED`.
-    Added(Arc<K>),
-    /// `MODIFIED`.
-    Modified(Arc<K>),
-    /// `DELETED`, with the server's final state.
-    Deleted(Arc<K>),
-}
-
-/// The DeltaFIFO has stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("the delta fifo is closed")]
-pub struct FifoClosed;
-
-/// Watch events, in order. Answered when the queue has room.
-pub struct Enqueue<K>(pub Vec<WatchDelta<K>>);
-
-impl<K: 'static> Message for Enqueue<K> {
-    type Result = Result<(), FifoClosed>;
-}
-
-/// The complete state from a list (DF-9). Answered when the queue has room.
-pub struct Replace<K> {
-    /// Every object of the list.
-    pub objects: Vec<Arc<K>>,
-    /// The list's resourceVersion.
-    pub resource_version: String,
-}
-
-impl<K: 'static> Message for Replace<K> {
-    type Result = Result<(), FifoClosed>;
-}
+use crate::delta::PopReceipt;
+use crate::indexer::{CacheReader, FifoSynced, Indexer, Process};
 
 /// Live counters of the DeltaFIFO.
 #[derive(Debug, Default)]
@@ -240,7 +208,7 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
         if !self.synced_sent && self.queue.has_synced() {
             self.synced_sent = true;
             self.synced.send_replace(true);
-            self.indexer.do_send(UpstreamSynced);
+            self.indexer.do_send(FifoSynced);
         }
     }
 
@@ -317,7 +285,8 @@ mod tests {
     use super::*;
     use crate::event::Event;
     use crate::indexer::{Cache, IndexerStats, Subscribe};
-    use crate::listener::{Listener, ListenerOptions, ListenerStats, OverflowPolicy, SubscriberId};
+    use crate::listener::{Listener, ListenerOptions, ListenerStats, OverflowPolicy};
+    use crate::subscriber::SubscriberId;
     use k8s_openapi::api::core::v1::ConfigMap;
 
     /// Takes events, stalled in its handler while the gate is closed.

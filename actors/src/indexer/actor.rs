@@ -4,7 +4,7 @@
 //!
 //! - A batch is answered (acknowledged to the DeltaFIFO) only when every
 //!   listener has accepted its events: sent on credit (they fit in the room
-//!   the listener published, [`DeliveryCredit`]), or answered once queued. A
+//!   the listener published, [`DeliveryCredit`](crate::listener::DeliveryCredit)), or answered once queued. A
 //!   `Block` listener that is full holds the pipeline back; a `Coalesce`
 //!   listener never does.
 //! - Updates whose resourceVersion did not change (a relist of an unchanged
@@ -40,15 +40,16 @@ use actix::prelude::*;
 use futures::channel::oneshot;
 use kube::Resource;
 
-use super::{Cache, CacheView, LazyKeys};
+use super::cache::{Cache, CacheView, LazyKeys};
+use super::messages::{FifoSynced, ListenerStopped, Process, ResyncDue, Subscribe, Unsubscribe};
 use crate::answer::Answer;
-use crate::delta_fifo::{Delta, Popped};
+use crate::delta::{Delta, Popped};
 use crate::event::{Cause, Event};
 use crate::key::ObjectKey;
 use crate::listener::{
-    CreditLine, Deliver, DeliverResync, DeliveryCredit, Listener, ListenerGone, Replay,
-    SubscriberId, UpstreamSynced as ListenerUpstreamSynced,
+    CacheSynced, CreditLine, Deliver, DeliverResync, Listener, ListenerGone, Replay,
 };
+use crate::subscriber::SubscriberId;
 
 /// The events one listener receives from one step of work.
 type Delivery<K> = (SubscriberId, Vec<Event<K>>);
@@ -77,63 +78,6 @@ const SWEEPS_AT_ONCE: usize = 1;
 /// beside them until it takes a chunk in time again: a stalled subscriber
 /// holds the others' sweeps back by this much at most.
 const SWEEP_SLOT_MAX: std::time::Duration = std::time::Duration::from_millis(10);
-
-/// A batch of popped deltas. Answered once the listeners accepted its events.
-pub struct Process<K>(pub Vec<Popped<K>>);
-
-impl<K: 'static> Message for Process<K> {
-    type Result = ();
-}
-
-/// The DeltaFIFO has synced (DF-15): listeners may sync once their initial adds are handled.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct UpstreamSynced;
-
-/// Add a listener; it first receives the current cache as `Initial` adds.
-pub struct Subscribe<K: Send + Sync + 'static> {
-    /// The subscription's id.
-    pub id: SubscriberId,
-    /// Its listener actor.
-    pub listener: Addr<Listener<K>>,
-    /// Its credit ([`Listener::credit`]).
-    pub credit: Arc<DeliveryCredit>,
-}
-
-impl<K: Send + Sync + 'static> Subscribe<K> {
-    /// Starts `listener` (on the current arbiter) and subscribes it as `id`.
-    pub fn start(id: SubscriberId, listener: Listener<K>) -> Self {
-        let credit = listener.credit();
-        Subscribe {
-            id,
-            listener: listener.start(),
-            credit,
-        }
-    }
-}
-
-impl<K: Send + Sync + 'static> Message for Subscribe<K> {
-    type Result = ();
-}
-
-/// Remove a listener (idempotent, SI-12).
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct Unsubscribe(pub SubscriberId);
-
-/// A listener stopped: it was unsubscribed, or a call to its subscriber found
-/// the actor gone (at once when a call was in flight, else at its next
-/// event). Forget it now rather than at the next delivery to it; counted as
-/// lost unless unsubscribed first.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct ListenerStopped(pub SubscriberId);
-
-/// These subscribers are due for a resync (SI-10). Answered with the ids the
-/// Indexer no longer knows (their subscribers are gone), so the timer drops them.
-#[derive(Message)]
-#[rtype(result = "Vec<SubscriberId>")]
-pub struct ResyncDue(pub Vec<SubscriberId>);
 
 /// Live counters of the Indexer.
 #[derive(Debug, Default)]
@@ -784,14 +728,14 @@ impl<K: Resource + Send + Sync + 'static> Handler<Process<K>> for Indexer<K> {
     }
 }
 
-impl<K: Resource + Send + Sync + 'static> Handler<UpstreamSynced> for Indexer<K> {
+impl<K: Resource + Send + Sync + 'static> Handler<FifoSynced> for Indexer<K> {
     type Result = ();
 
-    fn handle(&mut self, _: UpstreamSynced, _: &mut Context<Self>) {
+    fn handle(&mut self, _: FifoSynced, _: &mut Context<Self>) {
         let _span = self.span.clone().entered();
         self.upstream_synced = true;
         for outlet in self.listeners.values() {
-            outlet.addr.do_send(ListenerUpstreamSynced);
+            outlet.addr.do_send(CacheSynced);
         }
     }
 }
@@ -811,7 +755,7 @@ impl<K: Resource + Send + Sync + 'static> Handler<Subscribe<K>> for Indexer<K> {
             });
         }
         if self.upstream_synced {
-            msg.listener.do_send(ListenerUpstreamSynced);
+            msg.listener.do_send(CacheSynced);
         }
         self.listeners.insert(
             msg.id,

@@ -71,7 +71,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use kube::Resource;
 
-use crate::delta_fifo::KnownObjects;
+use crate::delta::KnownObjects;
 use crate::key::ObjectKey;
 
 /// An index function (IDX-6): the set of values an object is indexed under,

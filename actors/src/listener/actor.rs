@@ -27,25 +27,17 @@ use actix::prelude::*;
 use futures::channel::oneshot;
 use tokio::sync::watch;
 
-use super::{DeliveryCredit, ListenerQueue, OverflowPolicy, ResyncLane, SyncTracker};
+use super::credit::DeliveryCredit;
+use super::lane::ResyncLane;
+use super::messages::{
+    CacheSynced, Deliver, DeliverResync, ListenerGone, RESYNC_HOLD_MAX, RESYNC_LANE_LOW, Replay,
+    StopListener,
+};
+use super::queue::{ListenerQueue, OverflowPolicy};
+use super::sync::SyncTracker;
 use crate::answer::Answer;
 use crate::event::{Cause, Event, EventBatch};
-use crate::key::ObjectKey;
-
-/// Identifies one subscription of one informer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SubscriberId(pub u64);
-
-impl std::fmt::Display for SubscriberId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "subscriber-{}", self.0)
-    }
-}
-
-/// The listener is gone (its subscriber stopped, or it was unsubscribed).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("listener is gone")]
-pub struct ListenerGone;
+use crate::subscriber::SubscriberId;
 
 /// Live counters of one listener, readable from any thread (metrics, status).
 #[derive(Debug, Default)]
@@ -64,63 +56,6 @@ pub struct ListenerStats {
     /// The subscriber's actor stopped; the listener removed itself.
     pub gone: AtomicBool,
 }
-
-/// Notifications for the subscriber, in order. Answered once all are queued
-/// (a full `Block` queue parks the rest until there is room). The Indexer
-/// sends most unanswered, within the listener's [`DeliveryCredit`].
-pub struct Deliver<K>(pub Vec<Event<K>>);
-
-impl<K: 'static> Message for Deliver<K> {
-    type Result = Result<(), ListenerGone>;
-}
-
-/// The cache as it was when the subscriber joined (SI-5): the `Initial`
-/// adds it gets before any notification sent after this. Handed over whole
-/// (a persistent map's state: O(1) to take) and read as the subscriber takes
-/// it, so a late subscriber never holds the informer or the other
-/// subscribers while it takes its replay; what comes after queues behind it,
-/// within the subscriber's own bound.
-pub struct Replay<K> {
-    /// How many objects `objects` yields.
-    pub len: usize,
-    /// The objects, with their keys.
-    pub objects: Box<dyn Iterator<Item = (ObjectKey, Arc<K>)> + Send>,
-}
-
-impl<K: 'static> Message for Replay<K> {
-    type Result = ();
-}
-
-/// Resync notifications of a sweep (SI-11). They go to the listener's
-/// [`ResyncLane`], out of the way of real changes. The answer paces the
-/// sweep: it comes once the lane is down to [`RESYNC_LANE_LOW`], so a sweep
-/// advances at the pace its subscriber takes it (answering at once let a
-/// 100k-object sweep monopolise the thread: real events' p99 43× baseline).
-/// A subscriber that takes no resyncs for [`RESYNC_HOLD_MAX`] (busy with
-/// real changes, or stalled) answers anyway: its own sweep slows down, it
-/// never stops; its lane holds one resync per object at most.
-pub struct DeliverResync<K>(pub Vec<Event<K>>);
-
-impl<K: 'static> Message for DeliverResync<K> {
-    type Result = Result<(), ListenerGone>;
-}
-
-/// A [`DeliverResync`] is answered once the resync lane holds at most this many...
-pub const RESYNC_LANE_LOW: usize = 256;
-
-/// ...or after this long.
-pub const RESYNC_HOLD_MAX: std::time::Duration = std::time::Duration::from_millis(50);
-
-/// The informer has synced: the listener syncs once its initial Adds are handled.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct UpstreamSynced;
-
-/// Stop after the handler call in progress (SI-12, SI-13); pending
-/// notifications are dropped. Answered when the subscriber is idle.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct StopListener;
 
 /// Options of one subscription that the listener enforces.
 #[derive(Debug, Clone, Copy)]
@@ -744,10 +679,10 @@ impl<K: Send + Sync + 'static> Handler<DeliverResync<K>> for Listener<K> {
     }
 }
 
-impl<K: Send + Sync + 'static> Handler<UpstreamSynced> for Listener<K> {
+impl<K: Send + Sync + 'static> Handler<CacheSynced> for Listener<K> {
     type Result = ();
 
-    fn handle(&mut self, _: UpstreamSynced, _: &mut Context<Self>) {
+    fn handle(&mut self, _: CacheSynced, _: &mut Context<Self>) {
         let _span = self.span.clone().entered();
         self.sync.upstream_synced();
         self.refresh_stats();
@@ -790,6 +725,7 @@ impl<K: Send + Sync + 'static> Handler<StopListener> for Listener<K> {
 mod tests {
     use super::*;
     use crate::event::Cause;
+    use crate::key::ObjectKey;
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::api::ObjectMeta;
     use std::time::Duration;
@@ -913,7 +849,7 @@ mod tests {
         let names: Vec<String> = (0..10).map(|i| format!("o{i}")).collect();
         let events = names.iter().map(|n| initial(n)).collect();
         listener.send(Deliver(events)).await.unwrap().unwrap();
-        listener.send(UpstreamSynced).await.unwrap();
+        listener.send(CacheSynced).await.unwrap();
         tokio::time::timeout(Duration::from_secs(5), synced_rx.wait_for(|s| *s))
             .await
             .expect("synced once every initial add was handled")
@@ -1034,7 +970,7 @@ mod tests {
         .expect("a Deliver is not held back by the replay")
         .unwrap()
         .unwrap();
-        listener.send(UpstreamSynced).await.unwrap();
+        listener.send(CacheSynced).await.unwrap();
         assert!(!*synced_rx.borrow(), "synced before its replay was handled");
         gate_tx.send_replace(true);
         tokio::time::timeout(Duration::from_secs(5), synced_rx.wait_for(|s| *s))

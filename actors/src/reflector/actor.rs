@@ -28,6 +28,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use super::messages::StopReflector;
 use super::source::{ListWatch, SourceEvent};
 use super::state::{Failure, Next, ReflectorOptions, ReflectorState, WatchEnd};
 use crate::delta_fifo::{DeltaFifo, Enqueue, FifoClosed, Replace, WatchDelta};
@@ -148,11 +149,6 @@ pub struct Reflector<K: Resource + Send + Sync + 'static> {
     stats: Arc<ReflectorStats>,
     span: tracing::Span,
 }
-
-/// Stop listing and watching for good (the informer is shutting down).
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct StopReflector;
 
 enum Exit {
     Relist(Duration),

@@ -3,36 +3,12 @@
 //!
 //! Time comes from tokio's clock, so tests can pause and advance it.
 
-use std::time::Duration;
-
 use actix::prelude::*;
 
-use super::ResyncSchedule;
-use crate::listener::SubscriberId;
-
-/// Add (or change) a subscriber's resync period. Answers the effective period
-/// (`ZERO` = never, else at least one second).
-#[derive(Message)]
-#[rtype(result = "Duration")]
-pub struct ScheduleResync {
-    /// The subscriber.
-    pub id: SubscriberId,
-    /// The period it asked for (`ZERO` = never).
-    pub period: Duration,
-}
-
-/// Forget a subscriber.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct CancelResync(pub SubscriberId);
-
-/// Stop for good (the informer stopped): no resync is sent after this.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct StopResync;
-
-/// Who is due; sent to the Indexer.
-pub use crate::indexer::ResyncDue;
+use super::messages::{CancelResync, ScheduleResync, StopResync};
+use super::schedule::ResyncSchedule;
+use crate::indexer::ResyncDue;
+use crate::subscriber::SubscriberId;
 
 /// The resync timer actor.
 pub struct ResyncTimer {
@@ -128,6 +104,7 @@ mod tests {
     use super::*;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
 
     /// Counts the `ResyncDue` it receives.
     struct Due(Arc<AtomicUsize>);

@@ -1,0 +1,40 @@
+//! The messages the DeltaFIFO actor takes, all from the Reflector, and their
+//! answers.
+
+use std::sync::Arc;
+
+use actix::prelude::*;
+
+/// One watch event, as the Reflector hands it over.
+pub enum WatchDelta<K> {
+    /// `ADDED`.
+    Added(Arc<K>),
+    /// `MODIFIED`.
+    Modified(Arc<K>),
+    /// `DELETED`, with the server's final state.
+    Deleted(Arc<K>),
+}
+
+/// The DeltaFIFO has stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the delta fifo is closed")]
+pub struct FifoClosed;
+
+/// Watch events, in order. Answered when the queue has room.
+pub struct Enqueue<K>(pub Vec<WatchDelta<K>>);
+
+impl<K: 'static> Message for Enqueue<K> {
+    type Result = Result<(), FifoClosed>;
+}
+
+/// The complete state from a list (DF-9). Answered when the queue has room.
+pub struct Replace<K> {
+    /// Every object of the list.
+    pub objects: Vec<Arc<K>>,
+    /// The list's resourceVersion.
+    pub resource_version: String,
+}
+
+impl<K: 'static> Message for Replace<K> {
+    type Result = Result<(), FifoClosed>;
+}

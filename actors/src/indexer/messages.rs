@@ -1,0 +1,69 @@
+//! The messages the Indexer actor takes: batches and the sync signal from the
+//! DeltaFIFO, subscriptions from the informer handle, due resyncs from the
+//! resync timer, and stopped listeners.
+
+use std::sync::Arc;
+
+use actix::prelude::*;
+
+use crate::delta::Popped;
+use crate::listener::{DeliveryCredit, Listener};
+use crate::subscriber::SubscriberId;
+
+/// A batch of popped deltas. Answered once the listeners accepted its events.
+pub struct Process<K>(pub Vec<Popped<K>>);
+
+impl<K: 'static> Message for Process<K> {
+    type Result = ();
+}
+
+/// The DeltaFIFO has synced (DF-15): the initial list has been popped and
+/// processed, so listeners may sync once their initial adds are handled.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct FifoSynced;
+
+/// Add a listener; it first receives the current cache as `Initial` adds.
+pub struct Subscribe<K: Send + Sync + 'static> {
+    /// The subscription's id.
+    pub id: SubscriberId,
+    /// Its listener actor.
+    pub listener: Addr<Listener<K>>,
+    /// Its credit ([`Listener::credit`]).
+    pub credit: Arc<DeliveryCredit>,
+}
+
+impl<K: Send + Sync + 'static> Subscribe<K> {
+    /// Starts `listener` (on the current arbiter) and subscribes it as `id`.
+    pub fn start(id: SubscriberId, listener: Listener<K>) -> Self {
+        let credit = listener.credit();
+        Subscribe {
+            id,
+            listener: listener.start(),
+            credit,
+        }
+    }
+}
+
+impl<K: Send + Sync + 'static> Message for Subscribe<K> {
+    type Result = ();
+}
+
+/// Remove a listener (idempotent, SI-12).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Unsubscribe(pub SubscriberId);
+
+/// A listener stopped: it was unsubscribed, or a call to its subscriber found
+/// the actor gone (at once when a call was in flight, else at its next
+/// event). Forget it now rather than at the next delivery to it; counted as
+/// lost unless unsubscribed first.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ListenerStopped(pub SubscriberId);
+
+/// These subscribers are due for a resync (SI-10). Answered with the ids the
+/// Indexer no longer knows (their subscribers are gone), so the timer drops them.
+#[derive(Message)]
+#[rtype(result = "Vec<SubscriberId>")]
+pub struct ResyncDue(pub Vec<SubscriberId>);
