@@ -10,18 +10,9 @@ use std::time::Duration;
 
 use common::*;
 use kinformer::SubscribeOptions;
-use kinformer::actors::reflector::Backoff;
 use kinformer_apiserver::{CloseMode, RestartOptions};
 
 const SYNC: Duration = Duration::from_secs(60);
-
-fn fast_backoff() -> Backoff {
-    Backoff::new(
-        Duration::from_millis(20),
-        Duration::from_millis(200),
-        Duration::from_secs(120),
-    )
-}
 
 async fn ride_through_a_restart(options: RestartOptions) -> kinformer::InformerStats {
     let server = server(10_000);

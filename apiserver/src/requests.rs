@@ -69,7 +69,7 @@ pub struct Requests {
 }
 
 /// Records retained by default.
-pub const DEFAULT_CAPACITY: usize = 100_000;
+pub const DEFAULT_CAPACITY: usize = 10_000;
 
 impl Default for Requests {
     fn default() -> Self {

@@ -192,17 +192,23 @@ async fn open_watches_see_their_connection_reset_or_cut_not_a_clean_end() {
 }
 
 /// Watches from a resourceVersion before the restart, with and without the history kept.
+/// A server with ConfigMaps `a` then `b`, and the resourceVersion between them.
+async fn a_then_b() -> (ServerHandle, u64) {
+    let server = start().await;
+    server
+        .create("", "configmaps", Some("default"), cm("a", &[]))
+        .unwrap();
+    let between = server.resource_version();
+    server
+        .create("", "configmaps", Some("default"), cm("b", &[]))
+        .unwrap();
+    (server, between)
+}
+
 #[tokio::test]
 async fn old_resource_versions_get_410_after_a_restart_unless_the_history_is_kept() {
     for keep_history in [false, true] {
-        let server = start().await;
-        server
-            .create("", "configmaps", Some("default"), cm("a", &[]))
-            .unwrap();
-        let old = server.resource_version();
-        server
-            .create("", "configmaps", Some("default"), cm("b", &[]))
-            .unwrap();
+        let (server, old) = a_then_b().await;
         let mut options = RestartOptions::default();
         options.keep_history = keep_history;
         server.restart(options).await.unwrap();
@@ -325,14 +331,7 @@ async fn requests_and_connections_are_counted_up_and_down() {
 /// `POST /admin/faults/restart` answers, then restarts with the options given.
 #[tokio::test]
 async fn restart_over_http() {
-    let server = start().await;
-    server
-        .create("", "configmaps", Some("default"), cm("a", &[]))
-        .unwrap();
-    let old = server.resource_version();
-    server
-        .create("", "configmaps", Some("default"), cm("b", &[]))
-        .unwrap();
+    let (server, old) = a_then_b().await;
     let answer = post_json(
         &format!("{}/admin/faults/restart", server.url()),
         &json!({"keepHistory": true, "downForMillis": 200, "close": "eof"}),
