@@ -153,6 +153,15 @@ fn spawn(args: &[&str]) -> Result<Process, String> {
     }
 }
 
+/// A test that fails must not leave its server running (it would also hold the
+/// build lock it inherited).
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 impl Process {
     fn kubectl(&self, args: &[&str]) -> String {
         let out = Command::new("kubectl")
@@ -182,6 +191,7 @@ impl Process {
         );
         let status = self.child.wait().unwrap();
         assert!(status.success(), "{status:?}");
+        // (Drop then finds it exited.)
     }
 }
 

@@ -58,11 +58,12 @@ async fn open_watch(url: &str) -> hyper::body::Incoming {
     resp.into_body()
 }
 
-fn is_reset(err: &(dyn std::error::Error + 'static)) -> bool {
+/// Whether an I/O error of `kind` is in the chain of `err`.
+fn has_io_error(err: &(dyn std::error::Error + 'static), kind: std::io::ErrorKind) -> bool {
     let mut cur = Some(err);
     while let Some(e) = cur {
-        if let Some(io) = e.downcast_ref::<std::io::Error>()
-            && io.kind() == std::io::ErrorKind::ConnectionReset
+        if e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == kind)
         {
             return true;
         }
@@ -84,14 +85,11 @@ async fn read_to_end(mut body: hyper::body::Incoming) -> (End, Vec<Value>) {
                     data.extend_from_slice(&d);
                 }
             }
-            Some(Err(e)) if is_reset(&e) => break End::Reset,
-            Some(Err(e)) => {
-                assert!(
-                    e.is_incomplete_message() || e.to_string().contains("EOF"),
-                    "{e:?}"
-                );
-                break End::Cut;
+            Some(Err(e)) if has_io_error(&e, std::io::ErrorKind::ConnectionReset) => {
+                break End::Reset;
             }
+            Some(Err(e)) if has_io_error(&e, std::io::ErrorKind::UnexpectedEof) => break End::Cut,
+            Some(Err(e)) => panic!("neither a reset nor a cut: {e:?}"),
             None => break End::Clean,
         }
     };
