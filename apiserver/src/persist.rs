@@ -818,7 +818,7 @@ mod tests {
         let loaded = load(dir.path()).unwrap();
         let s2 = reopen(dir.path()).unwrap();
         let mut mirror = Mirror::new();
-        for ((g, r, k), _) in &loaded.objects {
+        for (g, r, k) in loaded.objects.keys() {
             let rec = s2.get(res, k).unwrap();
             mirror.insert((g.clone(), r.clone(), k.clone()), rec);
         }

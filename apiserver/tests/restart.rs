@@ -207,8 +207,10 @@ async fn a_then_b() -> (ServerHandle, u64) {
 async fn old_resource_versions_get_410_after_a_restart_unless_the_history_is_kept() {
     for keep_history in [false, true] {
         let (server, old) = a_then_b().await;
-        let mut options = RestartOptions::default();
-        options.keep_history = keep_history;
+        let options = RestartOptions {
+            keep_history,
+            ..RestartOptions::default()
+        };
         server.restart(options).await.unwrap();
         // A write after the restart: the watch from `old` sees b and c, or a 410.
         server
