@@ -379,12 +379,22 @@ impl DataDir {
             .write(true)
             .open(&lock_path)
             .map_err(io_err(&lock_path))?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
-                return Err(PersistError::Locked(dir.to_path_buf()));
+        // A lock just released can still be held for a moment by a child process forked
+        // before its holder closed it (the descriptor lives until the child's exec): retry
+        // for up to a second before calling the directory in use.
+        let mut tries = 0;
+        loop {
+            match lock.try_lock() {
+                Ok(()) => break,
+                Err(std::fs::TryLockError::WouldBlock) if tries < 50 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    return Err(PersistError::Locked(dir.to_path_buf()));
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(io_err(&lock_path)(e)),
             }
-            Err(std::fs::TryLockError::Error(e)) => return Err(io_err(&lock_path)(e)),
         }
         Ok(DataDir {
             dir: dir.to_path_buf(),
