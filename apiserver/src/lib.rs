@@ -19,31 +19,54 @@
 //! Names: `close-watches`, `close-watches-after` (`{"events": N}` or `{"events": null}`),
 //! `compact`, `fail-next` (`{"verb": "list", "count": 2, "failure": "too-many-requests"|"internal",
 //! "retryAfterSeconds": 1}`), `latency` (`{"millis": 200}`), `stall-watches` (`{"enabled": true}`),
-//! `malformed-line`, `suppress-bookmarks` (`{"enabled": true}`), `clear`.
+//! `malformed-line`, `suppress-bookmarks` (`{"enabled": true}`), `clear`, and `restart`
+//! ([`RestartOptions`] as JSON). `GET /admin/requests` gives the request counts.
+//!
+//! On request, like a real server: restarts with state kept ([`ServerHandle::restart`],
+//! [`ServerHandle::stop_serving`]), a request log ([`ServerHandle::requests`]),
+//! persistence to a data directory ([`ServerConfig::data_dir`]), HTTPS with a generated CA
+//! ([`ServerConfig::tls`]), token and client-certificate authentication with an RBAC-like
+//! authorizer ([`ServerConfig::auth`]), and kubeconfigs and kube clients for the server
+//! ([`ServerHandle::kubeconfig`], [`ServerHandle::kube_client`]).
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod auth;
 pub mod config;
 pub mod encode;
 pub mod faults;
 pub mod handle;
 pub mod history;
+pub mod kubeconfig;
 pub mod load;
 pub mod object;
 pub mod patch;
+pub mod persist;
 pub mod protobuf;
 pub mod query;
+pub mod request_info;
+pub mod requests;
 pub mod resource;
+pub mod restart;
 pub mod selector;
 pub mod server;
+pub mod serving;
 pub mod status;
 pub mod store;
 pub mod table;
+pub mod tls;
 pub mod watch;
 
+pub use auth::{AuthConfig, Authorization, Rule, TokenUser, UserInfo};
 pub use config::ServerConfig;
 pub use faults::{Failure, Faults, Verb, WatchFaultState};
 pub use handle::{ApiServer, ServerError, ServerHandle};
+pub use kubeconfig::{Credentials, KubeconfigError};
 pub use load::{ChurnHandle, ChurnSpec, ChurnStats};
+pub use persist::PersistError;
+pub use requests::{RequestCounts, RequestRecord, Requests};
 pub use resource::ResourceType;
+pub use restart::{CloseMode, DownMode, RestartOptions};
+pub use serving::{Phase, ServingState};
 pub use status::{ApiError, Reason};
+pub use tls::{CertificateAuthority, CertifiedKey, TlsConfig, TlsError};

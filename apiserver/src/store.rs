@@ -108,6 +108,8 @@ struct Inner {
 pub struct Store {
     registry: Registry,
     inner: Mutex<Inner>,
+    /// Where committed writes are persisted, when the server has a data directory.
+    journal: std::sync::OnceLock<crate::persist::Journal>,
     rv_tx: tokio::sync::watch::Sender<u64>,
     watch_buffer: usize,
     next_watcher: AtomicU64,
@@ -135,6 +137,7 @@ impl Store {
                 watchers: (0..n).map(|_| Vec::new()).collect(),
             }),
             rv_tx,
+            journal: std::sync::OnceLock::new(),
             watch_buffer: watch_buffer.max(1),
             next_watcher: AtomicU64::new(1),
         }
@@ -244,6 +247,9 @@ impl Store {
             }
         }
         let event = Arc::new(Event::new(rv, res, kind, record, prev));
+        if let (Some(journal), Some(rt)) = (self.journal.get(), self.registry.types().get(res)) {
+            journal.append(&rt.group, &rt.plural, &event);
+        }
         inner.history.push(event.clone());
         if let Some(watchers) = inner.watchers.get_mut(res) {
             watchers.retain(|w| {
@@ -715,6 +721,42 @@ impl Store {
         let mut inner = self.inner.lock();
         if let Some(w) = inner.watchers.get_mut(res) {
             w.retain(|e| e.id != id);
+        }
+    }
+
+    /// Load persisted objects into an empty store: the counter starts at `rv`, the
+    /// history after it (older resourceVersions get 410, as after a real restart).
+    pub(crate) fn restore(&self, rv: u64, objects: Vec<(usize, Arc<ObjectRecord>)>) {
+        let mut inner = self.inner.lock();
+        for (res, record) in objects {
+            if let Some(map) = inner.objects.get_mut(res) {
+                map.insert(record.key.clone(), record);
+            }
+        }
+        inner.rv = inner.rv.max(rv);
+        let rv = inner.rv;
+        inner.history.compact(rv);
+        self.rv_tx.send_replace(rv);
+    }
+
+    /// Persist every write committed from now on.
+    pub(crate) fn set_journal(&self, journal: crate::persist::Journal) {
+        if self.journal.set(journal).is_err() {
+            tracing::error!("the store already persists to a data dir");
+        }
+    }
+
+    /// Wait until every committed write is on disk (no-op without a data dir).
+    pub fn sync_journal(&self) {
+        if let Some(j) = self.journal.get() {
+            j.sync();
+        }
+    }
+
+    /// Write what is queued and stop persisting (releases the data dir).
+    pub fn close_journal(&self) {
+        if let Some(j) = self.journal.get() {
+            j.close();
         }
     }
 
