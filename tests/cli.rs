@@ -128,6 +128,18 @@ fn lines(child: &mut Child) -> mpsc::Receiver<String> {
     rx
 }
 
+/// `kinformer ARGS` with its stdout read line by line (stderr dropped).
+fn spawn_reading(args: &[&str]) -> (Child, mpsc::Receiver<String>) {
+    let mut child = kinformer()
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn kinformer");
+    let rx = lines(&mut child);
+    (child, rx)
+}
+
 /// The next JSON line matching `pred`, within `limit`; every line must be one JSON object
 /// with exactly the documented fields.
 fn expect_line(
@@ -887,15 +899,9 @@ fn resource_names_resolve_with_aggregated_discovery_from_two_documents() {
 #[test]
 fn watch_full_prints_apiversion_and_kind_for_listed_and_watched_objects() {
     let fake = fake_cluster();
-    let mut child = kinformer()
-        .args([
-            "watch", "deploy", "-A", "-o", "json", "--full", "--for", "60s", "--server", &fake.url,
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
-    let rx = lines(&mut child);
+    let (mut child, rx) = spawn_reading(&[
+        "watch", "deploy", "-A", "-o", "json", "--full", "--for", "60s", "--server", &fake.url,
+    ]);
     let mut seen = Vec::new();
     while seen.len() < 2 {
         let line = rx
@@ -1129,24 +1135,22 @@ fn get_prints_the_cache_once_as_a_table_json_or_yaml() {
 fn watch_yaml_prints_one_document_per_notification() {
     let server = ApiServer::start_in_thread(ServerConfig::default()).expect("server");
     server.seed_configmaps("default", 2).unwrap();
-    let mut child = kinformer()
-        .args([
-            "watch",
-            "configmaps",
-            "-n",
-            "default",
-            "-o",
-            "yaml",
-            "--full",
-            "--resync",
-            "1s",
-        ])
-        .args(["--for", "60s", "--server", &server.url()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
-    let rx = lines(&mut child);
+    let url = server.url();
+    let (mut child, rx) = spawn_reading(&[
+        "watch",
+        "configmaps",
+        "-n",
+        "default",
+        "-o",
+        "yaml",
+        "--full",
+        "--resync",
+        "1s",
+        "--for",
+        "60s",
+        "--server",
+        &url,
+    ]);
     let mut documents: Vec<String> = Vec::new();
     // Two documents are complete once the third starts (a resync's, at the latest).
     while documents.len() < 3 {
@@ -1275,4 +1279,22 @@ fn secret_data_and_tokens_never_appear_in_output_or_logs() {
     assert!(stdout.contains(encoded), "{stdout}");
     let _ = std::fs::remove_file(&kubeconfig);
     server.shutdown();
+}
+
+/// `watch --help` says which resource names are accepted.
+#[test]
+fn watch_help_lists_the_accepted_resource_names() {
+    let out = kinformer().args(["watch", "--help"]).output().expect("run");
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    for words in [
+        "plural",
+        "singular",
+        "kind",
+        "short name",
+        "deployments.apps",
+        "deployments.v1.apps",
+    ] {
+        assert!(help.contains(words), "{words}: {help}");
+    }
 }
