@@ -564,7 +564,7 @@ fn a_list_that_never_succeeds_fails_the_run_with_its_reason() {
 
 /// A small fake API server for what the embedded one does not do (yet):
 /// aggregated discovery, list items without `apiVersion`/`kind` (as a real
-/// server sends them), list requests that fail at the connection. One
+/// server sends them). One
 /// thread per connection, one request per connection (`Connection: close`).
 mod fake {
     use std::io::{BufRead, BufReader, Read, Write};
@@ -580,8 +580,6 @@ mod fake {
         Json(u16, Value),
         /// Watch events, one line each, then the stream stays open until the client leaves.
         Stream(Vec<Value>),
-        /// The connection is closed without an answer.
-        Hangup,
     }
 
     /// A running fake; the requests it received (`path?query`, Accept header).
@@ -661,7 +659,6 @@ mod fake {
                 let mut sink = [0u8; 64];
                 while matches!(reader.get_mut().read(&mut sink), Ok(n) if n > 0) {}
             }
-            Answer::Hangup => {}
         }
     }
 
@@ -1013,32 +1010,49 @@ fn logs_written_to_a_file_carry_no_colour_codes() {
 
 /// Finding 5: a failing request is reported once, by kinformer, not also
 /// by kube-client's `ERROR … failed with error` (which RUST_LOG naming
-/// kube_client brings back).
+/// kube_client brings back). The server goes away after the initial sync:
+/// every re-watch and relist is refused.
 #[test]
 fn each_failure_is_logged_once_by_kinformer() {
-    // Discovery answers; every list request loses its connection.
-    let fake = fake::Fake::start(|path, _, accept| {
-        fake::discovery(path, accept).unwrap_or(fake::Answer::Hangup)
-    });
-    let mut results = Vec::new();
-    for rust_log in [None, Some("warn,kube_client=error")] {
-        let mut cmd = kinformer();
-        match rust_log {
-            Some(l) => cmd.env("RUST_LOG", l),
-            None => cmd.env_remove("RUST_LOG"),
-        };
-        let out = run_to_end(
-            cmd.args([
-                "watch", "deploy", "-A", "--server", &fake.url, "--for", "2s",
-            ]),
-            Duration::from_secs(30),
-        );
-        results.push(String::from_utf8_lossy(&out.stderr).into_owned());
+    let server = ApiServer::start_in_thread(ServerConfig::default()).expect("server");
+    server.seed_configmaps("default", 1).unwrap();
+    let url = server.url();
+    let children: Vec<_> = [None, Some("warn,kube_client=error")]
+        .into_iter()
+        .map(|rust_log| {
+            let mut cmd = kinformer();
+            match rust_log {
+                Some(l) => cmd.env("RUST_LOG", l),
+                None => cmd.env_remove("RUST_LOG"),
+            };
+            let mut child = cmd
+                .args(["watch", "configmaps", "-A", "--server", &url, "--for", "4s"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn");
+            let rx = lines(&mut child);
+            (child, rx)
+        })
+        .collect();
+    for (_, rx) in &children {
+        let line = rx
+            .recv_timeout(Duration::from_secs(15))
+            .expect("the initial add");
+        assert!(line.contains("initial"), "{line}");
     }
-    let default = &results[0];
+    server.shutdown();
+    let stderr: Vec<String> = children
+        .into_iter()
+        .map(|(child, _)| {
+            let out = wait_output(child, Duration::from_secs(30));
+            String::from_utf8_lossy(&out.stderr).into_owned()
+        })
+        .collect();
+    let default = &stderr[0];
     let ours = default
         .lines()
-        .filter(|l| l.contains("WARN") && l.contains("list failed"))
+        .filter(|l| l.contains("WARN") && l.contains("failed"))
         .count();
     assert!(ours >= 1, "{default}");
     assert!(
@@ -1046,9 +1060,9 @@ fn each_failure_is_logged_once_by_kinformer() {
         "a second line per failure:\n{default}"
     );
     assert!(
-        results[1].contains("kube_client"),
+        stderr[1].contains("kube_client") && stderr[1].contains("failed with error"),
         "not reachable with RUST_LOG:\n{}",
-        results[1]
+        stderr[1]
     );
 }
 
