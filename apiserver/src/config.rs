@@ -30,6 +30,15 @@ pub struct ServerConfig {
     pub initial_namespaces: Vec<String>,
     /// Upper bound on a watch's lifetime when the client gives no `timeoutSeconds`. Default 30 min.
     pub max_watch_timeout: Duration,
+    /// Serve aggregated discovery (`APIGroupDiscoveryList` on `/api` and `/apis`) to clients
+    /// that ask for it, as 1.26+ does. `false`: only the legacy documents, as 1.24. Default true.
+    pub aggregated_discovery: bool,
+    /// Write `metadata.managedFields` on create, update, patch and apply. Default true.
+    pub managed_fields: bool,
+    /// Run the ownerReferences garbage collector: dependents whose owners are all gone are
+    /// deleted, and `propagationPolicy` (Orphan, Background, Foreground) is honoured.
+    /// Default false (deletes then touch nothing but the object, as before).
+    pub garbage_collection: bool,
 }
 
 impl Default for ServerConfig {
@@ -44,6 +53,9 @@ impl Default for ServerConfig {
             watch_buffer: 10_000,
             initial_namespaces: vec!["default".into(), "kube-system".into(), "kube-public".into()],
             max_watch_timeout: Duration::from_secs(30 * 60),
+            aggregated_discovery: true,
+            managed_fields: true,
+            garbage_collection: false,
         }
     }
 }

@@ -12,7 +12,7 @@ use crate::config::ServerConfig;
 use crate::faults::Faults;
 use crate::load::{ChurnHandle, ChurnSpec, seed_configmaps_fast, start_churn};
 use crate::object::ObjKey;
-use crate::resource::Registry;
+use crate::registry::Registry;
 use crate::selector::ObjectFilter;
 use crate::server::{AppState, router};
 use crate::status::ApiError;
@@ -90,11 +90,18 @@ async fn start_parts(config: ServerConfig) -> Result<Started, ServerError> {
         addr: config.listen,
         source,
     })?;
-    let store = Arc::new(Store::new(
+    let store = Arc::new(Store::with_options(
         Registry::new(config.resources.clone()),
         config.history_limit,
         config.watch_buffer,
+        crate::store::StoreOptions {
+            managed_fields: config.managed_fields,
+            garbage_collection: config.garbage_collection,
+        },
     ));
+    if config.garbage_collection {
+        crate::gc::spawn(&store);
+    }
     if let Ok(ns_res) = store.resolve("", "namespaces") {
         for ns in &config.initial_namespaces {
             let body = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}, "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}});
@@ -239,6 +246,11 @@ impl ServerHandle {
     /// Retained history length and the compacted resourceVersion (diagnostics, tests).
     pub fn history_stats(&self) -> (usize, u64) {
         self.inner.store.history_stats()
+    }
+
+    /// The store (for the in-process operations defined in other modules).
+    pub(crate) fn store(&self) -> &Arc<Store> {
+        &self.inner.store
     }
 
     fn res(&self, group: &str, plural: &str) -> Result<usize, ApiError> {

@@ -23,27 +23,45 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod answers;
 pub mod config;
+pub mod crd;
+pub mod delete;
+pub mod discovery;
 pub mod encode;
 pub mod faults;
+pub mod gc;
 pub mod handle;
+pub mod handle_ext;
 pub mod history;
+pub mod key;
 pub mod load;
+pub mod managed_fields;
+pub mod names;
+pub mod negotiate;
 pub mod object;
+pub mod openapi;
 pub mod patch;
 pub mod protobuf;
 pub mod query;
+pub mod registry;
 pub mod resource;
+pub mod scale;
+pub mod schema;
 pub mod selector;
 pub mod server;
 pub mod status;
 pub mod store;
 pub mod table;
+pub mod validation;
 pub mod watch;
+pub mod write;
 
 pub use config::ServerConfig;
+pub use delete::{DeleteOptions, DeletePreconditions, Propagation};
 pub use faults::{Failure, Faults, Verb, WatchFaultState};
 pub use handle::{ApiServer, ServerError, ServerHandle};
+pub use handle_ext::Deleted;
 pub use load::{ChurnHandle, ChurnSpec, ChurnStats};
-pub use resource::ResourceType;
+pub use resource::{ResourceType, ScalePaths, ScaleSelector, StatusRule};
 pub use status::{ApiError, Reason};
