@@ -321,20 +321,16 @@ mod tests {
         }]}})
     }
 
+    fn create(s: &Store, res: usize, body: Value) -> Value {
+        s.create(res, Some("ns"), body, false).unwrap().to_value()
+    }
+
     #[test]
     fn background_orphan_and_foreground() {
         let s = store();
         let cms = s.resolve("", "configmaps").unwrap();
         let count = |s: &Store| s.object_count(cms);
-        let owner = s
-            .create(
-                cms,
-                Some("ns"),
-                json!({"metadata": {"name": "owner"}}),
-                false,
-            )
-            .unwrap()
-            .to_value();
+        let owner = create(&s, cms, json!({"metadata": {"name": "owner"}}));
         s.create(cms, Some("ns"), owned_by("dep", &owner, false), false)
             .unwrap();
         assert_eq!(collect(&s), 0, "nothing to do while the owner lives");
@@ -347,15 +343,7 @@ mod tests {
         assert_eq!(count(&s), 0);
 
         // Orphan: the dependent stays without its reference, then the owner goes.
-        let owner = s
-            .create(
-                cms,
-                Some("ns"),
-                json!({"metadata": {"name": "owner"}}),
-                false,
-            )
-            .unwrap()
-            .to_value();
+        let owner = create(&s, cms, json!({"metadata": {"name": "owner"}}));
         s.create(cms, Some("ns"), owned_by("kept", &owner, false), false)
             .unwrap();
         let orphan = DeleteOptions {
@@ -370,15 +358,7 @@ mod tests {
         assert!(kept["metadata"].get("ownerReferences").is_none(), "{kept}");
 
         // Foreground: the owner waits for its blocking dependent.
-        let owner = s
-            .create(
-                cms,
-                Some("ns"),
-                json!({"metadata": {"name": "owner"}}),
-                false,
-            )
-            .unwrap()
-            .to_value();
+        let owner = create(&s, cms, json!({"metadata": {"name": "owner"}}));
         let mut held = owned_by("held", &owner, true);
         held["metadata"]["finalizers"] = json!(["example.com/hold"]);
         s.create(cms, Some("ns"), held, false).unwrap();
@@ -410,10 +390,7 @@ mod tests {
     fn an_owner_with_another_uid_is_gone_and_partial_references_are_dropped() {
         let s = store();
         let cms = s.resolve("", "configmaps").unwrap();
-        let a = s
-            .create(cms, Some("ns"), json!({"metadata": {"name": "a"}}), false)
-            .unwrap()
-            .to_value();
+        let a = create(&s, cms, json!({"metadata": {"name": "a"}}));
         let mut stale = a.clone();
         stale["metadata"]["uid"] = json!("not-a");
         let mut dep = owned_by("dep", &a, false);

@@ -253,11 +253,11 @@ impl ServerHandle {
         &self.inner.store
     }
 
-    fn res(&self, group: &str, plural: &str) -> Result<usize, ApiError> {
+    pub(crate) fn res(&self, group: &str, plural: &str) -> Result<usize, ApiError> {
         self.inner.store.resolve(group, plural)
     }
 
-    fn key(&self, res: usize, namespace: Option<&str>, name: &str) -> ObjKey {
+    pub(crate) fn key(&self, res: usize, namespace: Option<&str>, name: &str) -> ObjKey {
         match self.inner.store.registry().types().get(res) {
             Some(rt) => rt.key(namespace, name),
             None => ObjKey::new("", name),

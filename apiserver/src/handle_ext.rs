@@ -43,12 +43,14 @@ impl ServerHandle {
         options: &DeleteOptions,
     ) -> Result<Deleted, ApiError> {
         let store = self.store();
-        let res = store.resolve(group, plural)?;
-        let key = store.rt(res)?.key(namespace, name);
+        let res = self.res(group, plural)?;
+        let key = self.key(res, namespace, name);
         let d = store.delete_with(res, &key, options)?;
+        // A CRD's delete completes after the answer is decided (once its objects are gone).
+        let gone = d.deleted || store.get(res, &key).is_err_and(|e| e.code == 404);
         Ok(Deleted {
             object: d.record.to_value(),
-            gone: d.deleted,
+            gone,
         })
     }
 
@@ -62,7 +64,7 @@ impl ServerHandle {
         object: Value,
     ) -> Result<Value, ApiError> {
         let store = self.store();
-        let res = store.resolve(group, plural)?;
+        let res = self.res(group, plural)?;
         let rt = store.rt(res)?;
         if !rt.status.has_endpoint() {
             return Err(ApiError::new(

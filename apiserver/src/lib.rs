@@ -1,10 +1,14 @@
 //! An embedded Kubernetes-compatible API server for tests, demos and benchmarks.
 //!
-//! It speaks the real HTTP/1.1 JSON wire protocol (discovery, list/get/create/update/patch/
-//! delete/deletecollection, watch with bookmarks and streaming lists, `Status` errors), so
-//! kube-client, kube-runtime's `watcher()` and `kubectl` work against it unchanged. Objects are
-//! kept as pre-serialised JSON and shared between the object map, a bounded history ring
-//! and every watcher, so large lists and many watchers stay cheap.
+//! It speaks the real HTTP/1.1 JSON wire protocol (discovery, legacy and aggregated;
+//! list/get/create/update/patch/delete/deletecollection; watch with bookmarks and streaming
+//! lists; `Status` errors; Tables and metadata-only answers), so kube-client, kube-runtime's
+//! `watcher()` and `kubectl` work against it unchanged. Besides the core types it serves the
+//! workload types and Leases (with `status` and `scale` subresources, stored without
+//! controllers), CustomResourceDefinitions (which make their types served at run time), and
+//! optionally an ownerReferences garbage collector: an envtest for Rust. Objects are kept as
+//! pre-serialised JSON and shared between the object map, a bounded history ring and every
+//! watcher, so large lists and many watchers stay cheap.
 //!
 //! ```no_run
 //! use kinformer_apiserver::{ApiServer, ServerConfig};
