@@ -72,7 +72,7 @@ pub fn spawn(store: &Arc<Store>) {
     });
 }
 
-/// Run the collector until nothing is left to do (at most [`MAX_PASSES`] passes);
+/// Run the collector until nothing is left to do (at most `MAX_PASSES` passes);
 /// returns how many actions it took.
 pub fn collect(store: &Store) -> usize {
     let mut taken = 0;

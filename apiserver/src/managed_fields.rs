@@ -404,7 +404,7 @@ pub fn record(old: Option<&Value>, new: &mut Value, w: &FieldWrite<'_>) {
         e.fields.subtract(&taken);
         e.fields.subtract(&removed);
     }
-    let position = entries.iter().position(|e| mine(e));
+    let position = entries.iter().position(mine);
     let mut fields = match (w.operation, position) {
         (Operation::Update, Some(i)) => entries[i].fields.clone(),
         _ => Fields::default(),

@@ -237,3 +237,56 @@ async fn without_the_collector_a_propagation_policy_changes_nothing() {
             .is_err()
     );
 }
+
+#[tokio::test]
+async fn kube_client_delete_params_choose_the_propagation() {
+    let server = start_with(gc_config()).await;
+    let api: Api<ConfigMap> = Api::namespaced(kube_client(&server), "default");
+    let make = |v: Value| serde_json::from_value::<ConfigMap>(v).unwrap();
+    let owner = api
+        .create(&PostParams::default(), &make(cm("owner", &[])))
+        .await
+        .unwrap();
+    let owner_json = serde_json::to_value(&owner).unwrap();
+    api.create(
+        &PostParams::default(),
+        &make(owned("dep", &owner_json, true)),
+    )
+    .await
+    .unwrap();
+    // Foreground: the answer is the owner, held by `foregroundDeletion`; both then go.
+    let held = api
+        .delete("owner", &DeleteParams::foreground())
+        .await
+        .unwrap()
+        .left()
+        .expect("the owner, still there");
+    assert_eq!(
+        held.metadata.finalizers.as_deref(),
+        Some(&["foregroundDeletion".to_string()][..])
+    );
+    let gone = |name: &str| server.get("", "configmaps", Some("default"), name).is_err();
+    eventually(Duration::from_secs(5), "owner and dependent gone", || {
+        gone("owner") && gone("dep")
+    })
+    .await;
+    // Orphan through DeleteParams.
+    let owner = api
+        .create(&PostParams::default(), &make(cm("owner", &[])))
+        .await
+        .unwrap();
+    let owner_json = serde_json::to_value(&owner).unwrap();
+    api.create(
+        &PostParams::default(),
+        &make(owned("kept", &owner_json, false)),
+    )
+    .await
+    .unwrap();
+    api.delete("owner", &DeleteParams::orphan()).await.unwrap();
+    eventually(Duration::from_secs(5), "orphaned owner gone", || {
+        gone("owner")
+    })
+    .await;
+    let kept = api.get("kept").await.unwrap();
+    assert!(kept.metadata.owner_references.is_none());
+}

@@ -12,18 +12,23 @@ use serde_json::json;
 
 const KUBE_ACCEPT: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
 
-#[tokio::test]
-async fn aggregated_discovery_is_served_to_clients_that_ask_for_it() {
-    let server = start().await;
-    server.create_crd(gadget_crd()).unwrap();
-    let url = server.url();
-    let a = request_with(
+/// `GET /apis` asking for aggregated discovery first, as kube-client and kubectl do.
+async fn apis_as_kube_asks(url: &str) -> Answer {
+    request_with(
         "GET",
         &format!("{url}/apis"),
         &[("accept", KUBE_ACCEPT)],
         "",
     )
-    .await;
+    .await
+}
+
+#[tokio::test]
+async fn aggregated_discovery_is_served_to_clients_that_ask_for_it() {
+    let server = start().await;
+    server.create_crd(gadget_crd()).unwrap();
+    let url = server.url();
+    let a = apis_as_kube_asks(&url).await;
     assert_eq!(a.status, 200);
     assert_eq!(
         a.headers["content-type"],
@@ -110,13 +115,7 @@ async fn a_1_24_style_server_answers_apis_with_the_group_list_only() {
     })
     .await;
     let url = server.url();
-    let a = request_with(
-        "GET",
-        &format!("{url}/apis"),
-        &[("accept", KUBE_ACCEPT)],
-        "",
-    )
-    .await;
+    let a = apis_as_kube_asks(&url).await;
     assert_eq!(a.headers["content-type"], "application/json");
     assert_eq!(a.json()["kind"], "APIGroupList");
     let client = kube_client(&server);

@@ -489,3 +489,73 @@ fn workloads_by_short_name_with_1_24_discovery() {
         ..ServerConfig::default()
     }));
 }
+
+#[test]
+fn kubectl_cascade_policies_with_the_garbage_collector() {
+    let k = Kubectl::start_with(ServerConfig {
+        garbage_collection: true,
+        ..ServerConfig::default()
+    });
+    let owner = k
+        .server
+        .create(
+            "",
+            "configmaps",
+            Some("default"),
+            serde_json::json!({"metadata": {"name": "owner"}}),
+        )
+        .unwrap();
+    let dependent = |name: &str| {
+        serde_json::json!({"metadata": {"name": name, "ownerReferences": [{
+            "apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
+            "uid": owner["metadata"]["uid"], "blockOwnerDeletion": true
+        }]}})
+    };
+    k.server
+        .create("", "configmaps", Some("default"), dependent("kept"))
+        .unwrap();
+    assert!(
+        k.ok(&["delete", "cm", "owner", "-n", "default", "--cascade=orphan"])
+            .contains("deleted")
+    );
+    let kept = k.json(&["get", "cm", "kept", "-n", "default"]);
+    assert!(kept["metadata"].get("ownerReferences").is_none(), "{kept}");
+
+    let owner = k
+        .server
+        .create(
+            "",
+            "configmaps",
+            Some("default"),
+            serde_json::json!({"metadata": {"name": "owner"}}),
+        )
+        .unwrap();
+    let dep = serde_json::json!({"metadata": {"name": "dep", "ownerReferences": [{
+        "apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
+        "uid": owner["metadata"]["uid"], "blockOwnerDeletion": true
+    }]}});
+    k.server
+        .create("", "configmaps", Some("default"), dep)
+        .unwrap();
+    assert!(
+        k.ok(&[
+            "delete",
+            "cm",
+            "owner",
+            "-n",
+            "default",
+            "--cascade=foreground"
+        ])
+        .contains("deleted")
+    );
+    assert!(
+        k.server
+            .get("", "configmaps", Some("default"), "owner")
+            .is_err()
+    );
+    assert!(
+        k.server
+            .get("", "configmaps", Some("default"), "dep")
+            .is_err()
+    );
+}
