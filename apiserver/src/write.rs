@@ -586,6 +586,23 @@ impl Store {
         }
     }
 
+    /// Register (or update) the type of every stored CRD: for objects put into the store by
+    /// other means than the write path (loaded from disk, say). Idempotent.
+    pub fn sync_crd_types(&self) {
+        let Some(crd_res) = self.crd_res() else {
+            return;
+        };
+        let mut inner = self.inner.lock();
+        let names: Vec<String> = inner
+            .objects
+            .get(crd_res)
+            .map(|m| m.keys().map(|k| k.name.to_string()).collect())
+            .unwrap_or_default();
+        for name in names {
+            self.sync_crd_type(&mut inner, crd_res, &name);
+        }
+    }
+
     /// Register or update the type of a stored CRD.
     fn sync_crd_type(&self, inner: &mut Inner, crd_res: usize, name: &str) {
         let Some(value) = inner
@@ -885,5 +902,44 @@ impl Store {
             }
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::Registry;
+    use serde_json::json;
+
+    fn crd() -> Value {
+        json!({"metadata": {"name": "foos.example.org"}, "spec": {
+            "group": "example.org", "scope": "Namespaced", "names": {"plural": "foos", "kind": "Foo"},
+            "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {"type": "object"}}}]
+        }})
+    }
+
+    #[test]
+    fn a_crd_registers_its_type_once_and_a_dry_run_registers_nothing() {
+        let s = Store::new(Registry::new(ResourceType::defaults()), 100, 10);
+        let crds = s.resolve(CRD_GROUP, CRD_PLURAL).unwrap();
+        s.create(crds, None, crd(), true).unwrap();
+        assert!(s.resolve("example.org", "foos").is_err(), "dry run");
+        s.create(crds, None, crd(), false).unwrap();
+        let foos = s.resolve("example.org", "foos").unwrap();
+        let types = s.registry().types().len();
+        s.sync_crd_types();
+        s.sync_crd_types();
+        assert_eq!(s.registry().types().len(), types, "idempotent");
+        assert_eq!(s.resolve("example.org", "foos").unwrap(), foos);
+        // Deleting it (no objects) retires the type.
+        s.delete(
+            crds,
+            &ObjKey::new("", "foos.example.org"),
+            &DeletePreconditions::default(),
+            false,
+        )
+        .unwrap();
+        assert!(s.resolve("example.org", "foos").is_err());
+        assert!(s.rt(foos).is_err());
     }
 }
