@@ -40,6 +40,15 @@ pub struct ServerConfig {
     /// Keep objects and the resourceVersion counter in this directory across process
     /// restarts (and the generated CA, with `tls`). Default `None`: in memory only.
     pub data_dir: Option<PathBuf>,
+    /// Serve aggregated discovery (`APIGroupDiscoveryList` on `/api` and `/apis`) to clients
+    /// that ask for it, as 1.26+ does. `false`: only the legacy documents, as 1.24. Default true.
+    pub aggregated_discovery: bool,
+    /// Write `metadata.managedFields` on create, update, patch and apply. Default true.
+    pub managed_fields: bool,
+    /// Run the ownerReferences garbage collector: dependents whose owners are all gone are
+    /// deleted, and `propagationPolicy` (Orphan, Background, Foreground) is honoured.
+    /// Default false (deletes then touch nothing but the object, as before).
+    pub garbage_collection: bool,
 }
 
 impl Default for ServerConfig {
@@ -57,6 +66,9 @@ impl Default for ServerConfig {
             tls: None,
             auth: None,
             data_dir: None,
+            aggregated_discovery: true,
+            managed_fields: true,
+            garbage_collection: false,
         }
     }
 }

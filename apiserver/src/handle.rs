@@ -13,8 +13,8 @@ use crate::faults::Faults;
 use crate::load::{ChurnHandle, ChurnSpec, seed_configmaps_fast, start_churn};
 use crate::object::ObjKey;
 use crate::persist::{DataDir, PersistError};
+use crate::registry::Registry;
 use crate::requests::Requests;
-use crate::resource::Registry;
 use crate::selector::ObjectFilter;
 use crate::server::{AppState, router};
 use crate::serving::{Control, ServeParts};
@@ -108,10 +108,14 @@ async fn start_parts(config: ServerConfig) -> Result<Started, ServerError> {
         addr: config.listen,
         source,
     })?;
-    let store = Arc::new(Store::new(
+    let store = Arc::new(Store::with_options(
         Registry::new(config.resources.clone()),
         config.history_limit,
         config.watch_buffer,
+        crate::store::StoreOptions {
+            managed_fields: config.managed_fields,
+            garbage_collection: config.garbage_collection,
+        },
     ));
     let mut tls_config = config.tls.clone();
     if let Some(dir) = &config.data_dir {
@@ -122,6 +126,9 @@ async fn start_parts(config: ServerConfig) -> Result<Started, ServerError> {
             t.ca = Some(data.certificate_authority()?);
         }
         data.attach(&store)?;
+    }
+    if config.garbage_collection {
+        crate::gc::spawn(&store);
     }
     if let Ok(ns_res) = store.resolve("", "namespaces") {
         for ns in &config.initial_namespaces {
@@ -287,11 +294,16 @@ impl ServerHandle {
         self.inner.store.history_stats()
     }
 
-    fn res(&self, group: &str, plural: &str) -> Result<usize, ApiError> {
+    /// The store (for the in-process operations defined in other modules).
+    pub(crate) fn store(&self) -> &Arc<Store> {
+        &self.inner.store
+    }
+
+    pub(crate) fn res(&self, group: &str, plural: &str) -> Result<usize, ApiError> {
         self.inner.store.resolve(group, plural)
     }
 
-    fn key(&self, res: usize, namespace: Option<&str>, name: &str) -> ObjKey {
+    pub(crate) fn key(&self, res: usize, namespace: Option<&str>, name: &str) -> ObjKey {
         match self.inner.store.registry().types().get(res) {
             Some(rt) => rt.key(namespace, name),
             None => ObjKey::new("", name),

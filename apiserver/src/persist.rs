@@ -439,49 +439,62 @@ impl DataDir {
     /// writes from now on.
     pub fn attach(self, store: &Store) -> Result<(), PersistError> {
         let loaded = load(&self.dir)?;
-        let mut restored = Vec::with_capacity(loaded.objects.len());
         let mut mirror = BTreeMap::new();
-        for ((group, resource, key), (rv, json)) in &loaded.objects {
-            let res =
-                store
-                    .resolve(group, resource)
-                    .map_err(|_| PersistError::UnknownResource {
-                        dir: self.dir.clone(),
-                        group: group.clone(),
-                        resource: resource.clone(),
-                    })?;
-            let value: serde_json::Value =
-                serde_json::from_slice(json).map_err(|e| PersistError::Corrupt {
-                    path: self.dir.clone(),
-                    offset: 0,
-                    detail: format!("{resource} {key:?}: {e}"),
-                })?;
-            let record = ObjectRecord::from_value(key.clone(), &value).map_err(|e| {
-                PersistError::Corrupt {
-                    path: self.dir.clone(),
-                    offset: 0,
-                    detail: format!("{resource} {key:?}: {e}"),
+        // CRDs first: their objects' types exist only once the CRDs are in the store.
+        let is_crd = |(group, resource): (&str, &str)| {
+            group == "apiextensions.k8s.io" && resource == "customresourcedefinitions"
+        };
+        let mut count = 0;
+        for crds in [true, false] {
+            let mut restored = Vec::new();
+            for ((group, resource, key), (rv, json)) in &loaded.objects {
+                if is_crd((group, resource)) != crds {
+                    continue;
                 }
-            })?;
-            if record.rv != *rv || record.rv > loaded.rv {
-                return Err(PersistError::Corrupt {
-                    path: self.dir.clone(),
-                    offset: 0,
-                    detail: format!(
-                        "{resource} {key:?}: resourceVersion {} recorded as {rv} (counter {})",
-                        record.rv, loaded.rv
-                    ),
-                });
+                let res =
+                    store
+                        .resolve(group, resource)
+                        .map_err(|_| PersistError::UnknownResource {
+                            dir: self.dir.clone(),
+                            group: group.clone(),
+                            resource: resource.clone(),
+                        })?;
+                let value: serde_json::Value =
+                    serde_json::from_slice(json).map_err(|e| PersistError::Corrupt {
+                        path: self.dir.clone(),
+                        offset: 0,
+                        detail: format!("{resource} {key:?}: {e}"),
+                    })?;
+                let record = ObjectRecord::from_value(key.clone(), &value).map_err(|e| {
+                    PersistError::Corrupt {
+                        path: self.dir.clone(),
+                        offset: 0,
+                        detail: format!("{resource} {key:?}: {e}"),
+                    }
+                })?;
+                if record.rv != *rv || record.rv > loaded.rv {
+                    return Err(PersistError::Corrupt {
+                        path: self.dir.clone(),
+                        offset: 0,
+                        detail: format!(
+                            "{resource} {key:?}: resourceVersion {} recorded as {rv} (counter {})",
+                            record.rv, loaded.rv
+                        ),
+                    });
+                }
+                let record = Arc::new(record);
+                mirror.insert(
+                    (group.clone(), resource.clone(), key.clone()),
+                    record.clone(),
+                );
+                restored.push((res, record));
             }
-            let record = Arc::new(record);
-            mirror.insert(
-                (group.clone(), resource.clone(), key.clone()),
-                record.clone(),
-            );
-            restored.push((res, record));
+            count += restored.len();
+            store.restore(loaded.rv.max(1), restored);
+            if crds {
+                store.sync_crd_types();
+            }
         }
-        let count = restored.len();
-        store.restore(loaded.rv.max(1), restored);
         tracing::info!(dir = %self.dir.display(), objects = count, rv = loaded.rv, "loaded the data dir");
         let log_path = self.dir.join("log");
         let log = OpenOptions::new()
@@ -671,7 +684,8 @@ impl Writer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resource::{Registry, ResourceType};
+    use crate::registry::Registry;
+    use crate::resource::ResourceType;
     use crate::store::DeletePreconditions;
     use serde_json::json;
 

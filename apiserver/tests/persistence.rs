@@ -66,6 +66,34 @@ async fn a_second_server_on_the_same_data_dir_has_the_same_objects_and_counter()
 }
 
 #[tokio::test]
+async fn custom_resources_and_their_definitions_survive_a_restart_on_the_same_data_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = start_with(with_data(dir.path())).await;
+    first.create_crd(gadget_crd()).unwrap();
+    let gadget = serde_json::json!({
+        "apiVersion": "example.org/v1", "kind": "Gadget",
+        "metadata": {"name": "g1", "namespace": "default"},
+        "spec": {"size": 3, "color": "red"}
+    });
+    first
+        .create("example.org", "gadgets", Some("default"), gadget)
+        .unwrap();
+    let objects = first.list("example.org", "gadgets", None);
+    let rv = first.resource_version();
+    first.shutdown_and_wait().await;
+
+    // The CRD's objects are loaded after the CRD made their type known again.
+    let second = start_with(with_data(dir.path())).await;
+    assert_eq!(second.list("example.org", "gadgets", None), objects);
+    assert_eq!(second.resource_version(), rv);
+    let served = second
+        .get("example.org", "gadgets", Some("default"), "g1")
+        .unwrap();
+    assert_eq!(served["spec"]["size"], 3);
+    second.shutdown_and_wait().await;
+}
+
+#[tokio::test]
 async fn a_corrupt_data_dir_is_an_error_at_start() {
     let dir = tempfile::tempdir().unwrap();
     let server = start_with(with_data(dir.path())).await;
