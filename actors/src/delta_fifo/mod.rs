@@ -5,7 +5,9 @@
 //! - [`messages`]: what the actor takes ([`Enqueue`], [`Replace`]).
 
 pub mod actor;
+mod in_flight;
 pub mod messages;
+mod population;
 pub mod queue;
 
 pub use actor::{DeltaFifo, FifoOptions, FifoStats};

@@ -60,17 +60,14 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet, VecDeque};
-
-/// The queue's maps hash every key on every delta: foldhash instead of
-/// SipHash (SipHash was ~3 % of a 100k-object sync, perf). Keys come from
-/// the API server; foldhash is still randomly seeded per map.
-type Hasher = foldhash::fast::RandomState;
 use std::sync::Arc;
 
 use kube::Resource;
 
+use super::in_flight::{InFlight, KeyHasher};
+use super::population::InitialPopulation;
 use crate::delta::{Delta, KnownObjects, PopReceipt, Popped};
-use crate::key::{DeletedObject, KeyError, ObjectKey, Tombstone};
+use crate::key::{DeletedObject, KeyError, ObjectKey};
 
 /// Options of a [`DeltaQueue`] (DF-2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,53 +85,8 @@ impl Default for DeltaQueueOptions {
     }
 }
 
-/// Popped-not-done items of one key (the in-flight overlay).
-#[derive(Debug)]
-struct InFlight<K> {
-    /// How many popped items of the key are not `done` yet.
-    count: usize,
-    /// The state the newest of them leaves the object in (`None`: deleted).
-    newest: Option<Arc<K>>,
-}
-
-/// The known objects as the queue must see them: the cache, overlaid with
-/// what is popped but not applied yet.
-struct Overlay<'a, K> {
-    cache: &'a dyn KnownObjects<K>,
-    in_flight: &'a HashMap<ObjectKey, InFlight<K>, Hasher>,
-}
-
-impl<K> Overlay<'_, K> {
-    fn object(&self, key: &ObjectKey) -> Option<Arc<K>> {
-        match self.in_flight.get(key) {
-            Some(f) => f.newest.clone(),
-            None => self.cache.known_object(key),
-        }
-    }
-
-    fn knows(&self, key: &ObjectKey) -> bool {
-        match self.in_flight.get(key) {
-            Some(f) => f.newest.is_some(),
-            None => self.cache.knows(key),
-        }
-    }
-
-    fn keys(&self) -> Vec<ObjectKey> {
-        let mut keys: Vec<ObjectKey> = self
-            .cache
-            .known_keys()
-            .into_iter()
-            .filter(|k| self.in_flight.get(k).is_none_or(|f| f.newest.is_some()))
-            .collect();
-        keys.extend(
-            self.in_flight
-                .iter()
-                .filter(|(k, f)| f.newest.is_some() && !self.cache.knows(k))
-                .map(|(k, _)| k.clone()),
-        );
-        keys
-    }
-}
+/// Containers grown past this many entries are given back once idle.
+pub(super) const KEEP_WHEN_IDLE: usize = 4096;
 
 /// The DeltaFIFO (spec 1.3): per-key deltas in FIFO order of keys, with
 /// known objects = the cache. See the module documentation for the rules and
@@ -143,22 +95,13 @@ impl<K> Overlay<'_, K> {
 pub struct DeltaQueue<K> {
     emit_replaced: bool,
     /// Pending deltas per key; never an empty list (DF-1).
-    items: HashMap<ObjectKey, Vec<Delta<K>>, Hasher>,
+    items: HashMap<ObjectKey, Vec<Delta<K>>, KeyHasher>,
     /// FIFO order of the keys of `items`, without duplicates (DF-1).
     queue: VecDeque<ObjectKey>,
-    /// Popped, not yet done, per key.
-    in_flight: HashMap<ObjectKey, InFlight<K>, Hasher>,
-    /// Ids of the receipts not yet done.
-    outstanding: HashSet<u64, Hasher>,
-    next_receipt: u64,
-    /// A first mutation happened (DF-15).
-    populated: bool,
-    /// Items of the initial population not popped yet.
-    initial_unpopped: usize,
-    /// Items of the initial population popped but not done yet.
-    initial_unfinished: usize,
-    /// Latched HasSynced.
-    synced: bool,
+    /// Popped, not yet done.
+    in_flight: InFlight<K>,
+    /// The initial population and the latched HasSynced (DF-15).
+    population: InitialPopulation,
     /// Deltas in `items`, exactly (the DeltaFIFO's back-pressure measure).
     pending_deltas: usize,
 }
@@ -170,13 +113,8 @@ impl<K: Resource> DeltaQueue<K> {
             emit_replaced: options.emit_replaced,
             items: HashMap::default(),
             queue: VecDeque::new(),
-            in_flight: HashMap::default(),
-            outstanding: HashSet::default(),
-            next_receipt: 0,
-            populated: false,
-            initial_unpopped: 0,
-            initial_unfinished: 0,
-            synced: false,
+            in_flight: InFlight::new(),
+            population: InitialPopulation::default(),
             pending_deltas: 0,
         }
     }
@@ -184,7 +122,7 @@ impl<K: Resource> DeltaQueue<K> {
     /// Queues `Added` (DF-5). A key error changes nothing.
     pub fn add(&mut self, obj: Arc<K>, _known: &dyn KnownObjects<K>) -> Result<(), KeyError> {
         let key = ObjectKey::of(&*obj)?;
-        self.mark_populated();
+        self.population.mutated();
         self.queue_delta(key, Delta::Added(obj));
         Ok(())
     }
@@ -192,7 +130,7 @@ impl<K: Resource> DeltaQueue<K> {
     /// Queues `Updated` (DF-5). A key error changes nothing.
     pub fn update(&mut self, obj: Arc<K>, _known: &dyn KnownObjects<K>) -> Result<(), KeyError> {
         let key = ObjectKey::of(&*obj)?;
-        self.mark_populated();
+        self.population.mutated();
         self.queue_delta(key, Delta::Updated(obj));
         Ok(())
     }
@@ -202,8 +140,8 @@ impl<K: Resource> DeltaQueue<K> {
     /// reported, by a relist tombstone or an earlier delete.
     pub fn delete(&mut self, obj: Arc<K>, known: &dyn KnownObjects<K>) -> Result<(), KeyError> {
         let key = ObjectKey::of(&*obj)?;
-        self.mark_populated();
-        if !self.items.contains_key(&key) && !self.overlay(known).knows(&key) {
+        self.population.mutated();
+        if !self.items.contains_key(&key) && !self.in_flight.overlay(known).knows(&key) {
             tracing::trace!(%key, "delete of an unknown object dropped");
             return Ok(());
         }
@@ -226,8 +164,8 @@ impl<K: Resource> DeltaQueue<K> {
             .collect::<Result<Vec<_>, _>>()?;
 
         // Step 1: list items, in list order.
-        let mut listed: HashSet<ObjectKey, Hasher> =
-            HashSet::with_capacity_and_hasher(keyed.len(), Hasher::default());
+        let mut listed: HashSet<ObjectKey, KeyHasher> =
+            HashSet::with_capacity_and_hasher(keyed.len(), KeyHasher::default());
         for (key, obj) in keyed {
             listed.insert(key.clone());
             let delta = if self.emit_replaced {
@@ -253,42 +191,21 @@ impl<K: Resource> DeltaQueue<K> {
                 (key.clone(), last_known)
             })
             .collect();
-        let mut queued_deletions = missing_queued.len();
-        for (key, last_known) in missing_queued {
-            self.queue_tombstone(key, last_known);
-        }
 
         // Step 3: known keys (cache ∪ in-flight) missing from the list and
         // without pending deltas.
-        let overlay = self.overlay(known);
-        let mut missing_known: Vec<ObjectKey> = overlay
-            .keys()
-            .into_iter()
-            .filter(|key| !listed.contains(key) && !self.items.contains_key(key))
-            .collect();
-        missing_known.sort_unstable();
-        missing_known.dedup();
-        let missing_known: Vec<(ObjectKey, Option<Arc<K>>)> = missing_known
-            .into_iter()
-            .map(|key| {
-                let last_known = overlay.object(&key);
-                if last_known.is_none() {
-                    tracing::debug!(%key, "known key vanished during relist; tombstone without last known state");
-                }
-                (key, last_known)
-            })
-            .collect();
-        queued_deletions += missing_known.len();
-        for (key, last_known) in missing_known {
+        let missing_known = self
+            .in_flight
+            .overlay(known)
+            .vanished(&listed, |key| self.items.contains_key(key));
+
+        let deletions = missing_queued.len() + missing_known.len();
+        for (key, last_known) in missing_queued.into_iter().chain(missing_known) {
             self.queue_tombstone(key, last_known);
         }
 
         // Step 4: the first mutation defines the initial population.
-        if !self.populated {
-            self.populated = true;
-            self.initial_unpopped = listed.len() + queued_deletions;
-            self.try_latch_synced();
-        }
+        self.population.replaced(listed.len() + deletions);
         Ok(())
     }
 
@@ -297,7 +214,7 @@ impl<K: Resource> DeltaQueue<K> {
     /// items, so a resync never carries an older state than one on its way.
     pub fn resync(&mut self, known: &dyn KnownObjects<K>) {
         for key in known.known_keys() {
-            if self.items.contains_key(&key) || self.in_flight.contains_key(&key) {
+            if self.items.contains_key(&key) || self.in_flight.contains(&key) {
                 continue;
             }
             match known.known_object(&key) {
@@ -321,33 +238,15 @@ impl<K: Resource> DeltaQueue<K> {
                 continue;
             };
             let newest = newest.resulting_state();
-
-            let counts_toward_initial = self.initial_unpopped > 0;
-            if counts_toward_initial {
-                self.initial_unpopped -= 1;
-                self.initial_unfinished += 1;
-            }
-
-            let entry = self.in_flight.entry(key.clone()).or_insert(InFlight {
-                count: 0,
-                newest: None,
-            });
-            entry.count += 1;
-            entry.newest = newest;
-
-            let id = self.next_receipt;
-            self.next_receipt = self.next_receipt.wrapping_add(1);
-            self.outstanding.insert(id);
-
+            let is_in_initial_list = self.population.take();
+            let receipt = self
+                .in_flight
+                .begin(key.clone(), newest, is_in_initial_list);
             return Some(Popped {
-                key: key.clone(),
+                key,
                 deltas,
-                is_in_initial_list: counts_toward_initial,
-                receipt: PopReceipt {
-                    id,
-                    key,
-                    counts_toward_initial,
-                },
+                is_in_initial_list,
+                receipt,
             });
         }
         None
@@ -360,7 +259,7 @@ impl<K: Resource> DeltaQueue<K> {
         let mut batch: Vec<Popped<K>> = Vec::new();
         while batch.len() < max {
             let crosses_initial_end =
-                batch.first().is_some_and(|p| p.is_in_initial_list) && self.initial_unpopped == 0;
+                batch.first().is_some_and(|p| p.is_in_initial_list) && self.population.all_taken();
             if crosses_initial_end {
                 break;
             }
@@ -376,21 +275,7 @@ impl<K: Resource> DeltaQueue<K> {
     /// in-flight overlay, and the last initial item latches HasSynced. A
     /// receipt given twice (or unknown) is ignored with a warning.
     pub fn done(&mut self, receipt: &PopReceipt) {
-        if !self.outstanding.remove(&receipt.id) {
-            tracing::warn!(key = %receipt.key, "done for an unknown or already finished pop; ignored");
-            return;
-        }
-        if let Entry::Occupied(mut e) = self.in_flight.entry(receipt.key.clone()) {
-            let f = e.get_mut();
-            f.count = f.count.saturating_sub(1);
-            if f.count == 0 {
-                e.remove();
-            }
-        }
-        if receipt.counts_toward_initial {
-            self.initial_unfinished = self.initial_unfinished.saturating_sub(1);
-            self.try_latch_synced();
-        }
+        self.in_flight.done(receipt, &mut self.population);
     }
 
     /// Gives back what a burst (the initial list, a large relist) left
@@ -399,29 +284,23 @@ impl<K: Resource> DeltaQueue<K> {
     /// (after a 100k-object list, ~60 bytes per cached object). A no-op
     /// while anything is queued, or when the containers are small.
     pub fn release_idle_memory(&mut self) {
-        const KEEP: usize = 4096;
         if !self.queue.is_empty() || !self.in_flight.is_empty() {
             return;
         }
-        if self.items.capacity() > KEEP {
+        if self.items.capacity() > KEEP_WHEN_IDLE {
             self.items = HashMap::default();
         }
-        if self.queue.capacity() > KEEP {
+        if self.queue.capacity() > KEEP_WHEN_IDLE {
             self.queue = VecDeque::new();
         }
-        if self.in_flight.capacity() > KEEP {
-            self.in_flight = HashMap::default();
-        }
-        if self.outstanding.capacity() > KEEP {
-            self.outstanding = HashSet::default();
-        }
+        self.in_flight.release_idle_memory(KEEP_WHEN_IDLE);
     }
 
     /// True once the initial population has been popped and processed
     /// (DF-15, latched). A first `add`/`update`/`delete`, or a first
     /// `replace` that queues nothing, syncs at once.
     pub fn has_synced(&self) -> bool {
-        self.synced
+        self.population.has_synced()
     }
 
     /// Number of queued keys.
@@ -441,35 +320,11 @@ impl<K: Resource> DeltaQueue<K> {
 
     /// Number of popped items not yet [`done`](Self::done).
     pub fn in_flight(&self) -> usize {
-        self.outstanding.len()
-    }
-
-    fn overlay<'a>(&'a self, cache: &'a dyn KnownObjects<K>) -> Overlay<'a, K> {
-        Overlay {
-            cache,
-            in_flight: &self.in_flight,
-        }
-    }
-
-    fn mark_populated(&mut self) {
-        if !self.populated {
-            self.populated = true;
-            self.try_latch_synced();
-        }
-    }
-
-    fn try_latch_synced(&mut self) {
-        if self.populated && self.initial_unpopped == 0 && self.initial_unfinished == 0 {
-            self.synced = true;
-        }
+        self.in_flight.len()
     }
 
     fn queue_tombstone(&mut self, key: ObjectKey, last_known: Option<Arc<K>>) {
-        let tombstone = Tombstone {
-            key: key.clone(),
-            last_known,
-        };
-        self.queue_delta(key, Delta::Deleted(DeletedObject::Unknown(tombstone)));
+        self.queue_delta(key.clone(), Delta::tombstone(key, last_known));
     }
 
     /// DF-3 steps 3–4: append, deduplicate, and queue a new key at the tail.
@@ -510,6 +365,7 @@ fn dedup_deltas<K>(deltas: &mut Vec<Delta<K>>) {
 mod tests {
     use super::*;
     use crate::indexer::Cache;
+    use crate::key::Tombstone;
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::api::ObjectMeta;
 
@@ -594,15 +450,15 @@ mod tests {
         let batch = q.pop_batch(10_000);
         assert_eq!(batch.len(), 10_000);
         q.release_idle_memory();
-        assert!(q.in_flight.capacity() >= 10_000, "in flight: kept");
+        assert!(q.in_flight.key_capacity() >= 10_000, "in flight: kept");
         for p in &batch {
             q.done(&p.receipt);
         }
         q.release_idle_memory();
         assert!(q.items.capacity() <= 4096, "{}", q.items.capacity());
         assert!(q.queue.capacity() <= 4096);
-        assert!(q.in_flight.capacity() <= 4096);
-        assert!(q.outstanding.capacity() <= 4096);
+        assert!(q.in_flight.key_capacity() <= 4096);
+        assert!(q.in_flight.receipt_capacity() <= 4096);
         assert!(q.has_synced());
         // Still a working queue.
         q.add(o("late", 2), &()).unwrap();
