@@ -23,6 +23,9 @@ use crate::key::ObjectKey;
 /// per map.
 pub(super) type KeyHasher = foldhash::fast::RandomState;
 
+/// Containers grown past this many entries are given back once idle.
+pub(super) const KEEP_WHEN_IDLE: usize = 4096;
+
 /// Popped-not-done items of one key.
 #[derive(Debug)]
 struct KeyInFlight<K> {
@@ -122,15 +125,16 @@ impl<K> InFlight<K> {
         self.outstanding.capacity()
     }
 
-    /// Gives back containers grown past `keep` entries, once nothing is out.
-    pub(super) fn release_idle_memory(&mut self, keep: usize) {
+    /// Gives back containers grown past [`KEEP_WHEN_IDLE`] entries, once
+    /// nothing is out.
+    pub(super) fn release_idle_memory(&mut self) {
         if !self.is_empty() {
             return;
         }
-        if self.per_key.capacity() > keep {
+        if self.per_key.capacity() > KEEP_WHEN_IDLE {
             self.per_key = HashMap::default();
         }
-        if self.outstanding.capacity() > keep {
+        if self.outstanding.capacity() > KEEP_WHEN_IDLE {
             self.outstanding = HashSet::default();
         }
     }

@@ -27,17 +27,15 @@
 //!
 //! # Deliberate deviations
 //!
-//! * **Asynchronous consumer and the in-flight overlay.** client-go runs the
-//!   consumer's `process` under the FIFO lock (DF-7, DF-17), so the indexer
-//!   always reflects every popped item before the next producer call. Our
-//!   consumer (the Indexer actor) applies popped items *after* `pop` returns.
-//!   Between [`DeltaQueue::pop`] and [`DeltaQueue::done`] the queue therefore
-//!   keeps, per key, the number of popped-not-done items and the newest state
-//!   they carry (an object, or "deleted"). Every known-objects lookup (the
-//!   DF-6 delete filter, DF-9 step 3, DF-11) sees *cache ∪ in-flight*, with
-//!   in-flight taking precedence: a key whose newest in-flight delta is a
-//!   delete is not known. Resync also skips keys in flight, exactly as it
-//!   skips keys with pending deltas.
+//! * **Asynchronous consumer and the in-flight overlay** (see
+//!   `in_flight.rs`). client-go runs the consumer's
+//!   `process` under the FIFO lock (DF-7, DF-17), so the indexer always
+//!   reflects every popped item before the next producer call. Our consumer
+//!   (the Indexer actor) applies popped items *after* `pop` returns, so
+//!   between [`DeltaQueue::pop`] and [`DeltaQueue::done`] every known-objects
+//!   lookup (the DF-6 delete filter, DF-9 step 3, DF-11) sees *cache ∪ in
+//!   flight*. Resync also skips keys in flight, exactly as it skips keys with
+//!   pending deltas.
 //! * **HasSynced is latched after processing** (the DF-15 note, spec section
 //!   5): only once the last item of the initial population has been popped
 //!   *and* reported [`done`](DeltaQueue::done).
@@ -64,7 +62,7 @@ use std::sync::Arc;
 
 use kube::Resource;
 
-use super::in_flight::{InFlight, KeyHasher};
+use super::in_flight::{InFlight, KEEP_WHEN_IDLE, KeyHasher};
 use super::population::InitialPopulation;
 use crate::delta::{Delta, KnownObjects, PopReceipt, Popped};
 use crate::key::{DeletedObject, KeyError, ObjectKey};
@@ -84,9 +82,6 @@ impl Default for DeltaQueueOptions {
         }
     }
 }
-
-/// Containers grown past this many entries are given back once idle.
-pub(super) const KEEP_WHEN_IDLE: usize = 4096;
 
 /// The DeltaFIFO (spec 1.3): per-key deltas in FIFO order of keys, with
 /// known objects = the cache. See the module documentation for the rules and
@@ -293,7 +288,7 @@ impl<K: Resource> DeltaQueue<K> {
         if self.queue.capacity() > KEEP_WHEN_IDLE {
             self.queue = VecDeque::new();
         }
-        self.in_flight.release_idle_memory(KEEP_WHEN_IDLE);
+        self.in_flight.release_idle_memory();
     }
 
     /// True once the initial population has been popped and processed
@@ -321,6 +316,12 @@ impl<K: Resource> DeltaQueue<K> {
     /// Number of popped items not yet [`done`](Self::done).
     pub fn in_flight(&self) -> usize {
         self.in_flight.len()
+    }
+
+    /// The in-flight overlay holds nothing, per key as per receipt.
+    #[cfg(test)]
+    pub(super) fn overlay_is_empty(&self) -> bool {
+        self.in_flight.is_empty()
     }
 
     fn queue_tombstone(&mut self, key: ObjectKey, last_known: Option<Arc<K>>) {
@@ -363,60 +364,11 @@ fn dedup_deltas<K>(deltas: &mut Vec<Delta<K>>) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::scenario::{KeyOnly, Listed, o, show, shows, strs, version};
     use super::*;
     use crate::indexer::Cache;
     use crate::key::Tombstone;
     use k8s_openapi::api::core::v1::ConfigMap;
-    use kube::api::ObjectMeta;
-
-    /// `o(name, v)`: key `name`, resourceVersion `v` (spec section 3 notation).
-    fn o(name: &str, v: u64) -> Arc<ConfigMap> {
-        Arc::new(ConfigMap {
-            metadata: ObjectMeta {
-                name: Some(name.to_owned()),
-                resource_version: Some(v.to_string()),
-                ..Default::default()
-            },
-            ..Default::default()
-        })
-    }
-
-    fn version(obj: &ConfigMap) -> u64 {
-        obj.metadata
-            .resource_version
-            .as_deref()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    }
-
-    fn name_at(obj: &ConfigMap) -> String {
-        format!(
-            "{}@{}",
-            obj.metadata.name.as_deref().unwrap_or("?"),
-            version(obj)
-        )
-    }
-
-    /// A delta as text: `Added foo@2`, `Deleted foo@2`, `Deleted DFSU(foo, foo@2)`.
-    fn show(d: &Delta<ConfigMap>) -> String {
-        match d {
-            Delta::Deleted(DeletedObject::Unknown(t)) => format!(
-                "Deleted DFSU({}, {})",
-                t.key,
-                t.last_known.as_deref().map_or("nil".to_owned(), name_at)
-            ),
-            Delta::Deleted(DeletedObject::Final(obj)) => format!("Deleted {}", name_at(obj)),
-            other => format!(
-                "{:?} {}",
-                other.delta_type(),
-                other.object().map_or("nil".to_owned(), |o| name_at(o))
-            ),
-        }
-    }
-
-    fn shows(deltas: &[Delta<ConfigMap>]) -> Vec<String> {
-        deltas.iter().map(show).collect()
-    }
 
     /// Pops one item, marks it done, and returns its deltas as text.
     fn pop_one(q: &mut DeltaQueue<ConfigMap>) -> Vec<String> {
@@ -469,29 +421,6 @@ mod tests {
         DeltaQueue::new(DeltaQueueOptions {
             emit_replaced: false,
         })
-    }
-
-    /// A fixed list of known objects (client-go's `literalListerGetter`).
-    struct Listed(Vec<Arc<ConfigMap>>);
-
-    impl KnownObjects<ConfigMap> for Listed {
-        fn known_keys(&self) -> Vec<ObjectKey> {
-            self.0
-                .iter()
-                .filter_map(|o| ObjectKey::of(&**o).ok())
-                .collect()
-        }
-
-        fn known_object(&self, key: &ObjectKey) -> Option<Arc<ConfigMap>> {
-            self.0
-                .iter()
-                .find(|o| ObjectKey::of(&***o).is_ok_and(|k| &k == key))
-                .cloned()
-        }
-    }
-
-    fn strs(v: &[&str]) -> Vec<String> {
-        v.iter().map(|s| s.to_string()).collect()
     }
 
     // ---- spec 3.1 scenarios -------------------------------------------------
@@ -862,17 +791,8 @@ mod tests {
         assert_eq!(q.pop().unwrap().key.as_str(), "C");
 
         // Deltas{DFSU(D, nil)}: a known key whose object vanished.
-        struct KeyOnly;
-        impl KnownObjects<ConfigMap> for KeyOnly {
-            fn known_keys(&self) -> Vec<ObjectKey> {
-                vec!["D".into()]
-            }
-            fn known_object(&self, _: &ObjectKey) -> Option<Arc<ConfigMap>> {
-                None
-            }
-        }
         let mut q = queue();
-        q.replace(vec![], &KeyOnly).unwrap();
+        q.replace(vec![], &KeyOnly("D")).unwrap();
         let p = q.pop().unwrap();
         assert_eq!(p.key.as_str(), "D");
         assert_eq!(shows(&p.deltas), ["Deleted DFSU(D, nil)"]);
@@ -1204,36 +1124,14 @@ mod tests {
     }
 }
 
-/// Property tests: the queue and the cache together against a model server.
+/// DF-T1 as a property test.
 #[cfg(test)]
 mod properties {
-    use std::collections::{BTreeMap, HashMap, VecDeque};
-
     use k8s_openapi::api::core::v1::ConfigMap;
-    use kube::api::ObjectMeta;
     use proptest::prelude::*;
 
+    use super::super::scenario::{o, version};
     use super::*;
-    use crate::indexer::Cache;
-
-    fn o(name: &str, v: u64) -> Arc<ConfigMap> {
-        Arc::new(ConfigMap {
-            metadata: ObjectMeta {
-                name: Some(name.to_owned()),
-                resource_version: Some(v.to_string()),
-                ..Default::default()
-            },
-            ..Default::default()
-        })
-    }
-
-    fn version(obj: &ConfigMap) -> u64 {
-        obj.metadata
-            .resource_version
-            .as_deref()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    }
 
     /// DF-T1 (`TestDeltaFIFO_basic`): two producers each add 500 distinct
     /// keys with increasing values, interleaved at random with pops of random
@@ -1288,210 +1186,6 @@ mod properties {
                 }
                 prop_assert!(q.is_empty() && q.in_flight() == 0);
             }
-        }
-    }
-
-    /// One step of the model world.
-    #[derive(Debug, Clone)]
-    enum Op {
-        /// Create the object (absent), or update / delete it (present).
-        Write { key: u8, delete: bool },
-        /// The watch breaks: later server writes are missed.
-        Disconnect,
-        /// The watch is back after a relist: `replace` with the server state.
-        Reconnect,
-        /// A periodic resync against the cache.
-        Resync,
-        /// The consumer pops a batch (it is applied later).
-        Pop(usize),
-        /// The consumer applies its oldest popped items and reports them done.
-        Apply(usize),
-    }
-
-    fn op() -> impl Strategy<Value = Op> {
-        prop_oneof![
-            8 => (0u8..5, any::<bool>()).prop_map(|(key, delete)| Op::Write { key, delete }),
-            1 => Just(Op::Disconnect),
-            1 => Just(Op::Reconnect),
-            1 => Just(Op::Resync),
-            3 => (1usize..5).prop_map(Op::Pop),
-            3 => (1usize..5).prop_map(Op::Apply),
-        ]
-    }
-
-    /// The model: a server, the queue, the cache, and an observer that
-    /// rebuilds the state from the popped deltas alone.
-    struct World {
-        server: BTreeMap<String, u64>,
-        rv: u64,
-        connected: bool,
-        queue: DeltaQueue<ConfigMap>,
-        cache: Cache<ConfigMap>,
-        popped: VecDeque<Popped<ConfigMap>>,
-        observer: BTreeMap<String, u64>,
-        newest_seen: HashMap<String, u64>,
-    }
-
-    impl World {
-        fn new(initial: &[bool]) -> Self {
-            let mut w = World {
-                server: BTreeMap::new(),
-                rv: 0,
-                connected: true,
-                queue: DeltaQueue::new(DeltaQueueOptions::default()),
-                cache: Cache::new(),
-                popped: VecDeque::new(),
-                observer: BTreeMap::new(),
-                newest_seen: HashMap::new(),
-            };
-            for (i, &present) in initial.iter().enumerate() {
-                if present {
-                    w.rv += 1;
-                    w.server.insert(format!("k{i}"), w.rv);
-                }
-            }
-            w.relist();
-            w
-        }
-
-        fn relist(&mut self) {
-            let list = self.server.iter().map(|(k, &v)| o(k, v)).collect();
-            self.queue.replace(list, &self.cache).unwrap();
-        }
-
-        fn step(&mut self, op: &Op) -> Result<(), TestCaseError> {
-            match *op {
-                Op::Write { key, delete } => {
-                    let name = format!("k{key}");
-                    self.rv += 1;
-                    let obj = o(&name, self.rv);
-                    match self.server.get(&name) {
-                        None => {
-                            self.server.insert(name, self.rv);
-                            if self.connected {
-                                self.queue.add(obj, &self.cache).unwrap();
-                            }
-                        }
-                        Some(_) if delete => {
-                            self.server.remove(&name);
-                            if self.connected {
-                                self.queue.delete(obj, &self.cache).unwrap();
-                            }
-                        }
-                        Some(_) => {
-                            self.server.insert(name, self.rv);
-                            if self.connected {
-                                self.queue.update(obj, &self.cache).unwrap();
-                            }
-                        }
-                    }
-                }
-                Op::Disconnect => self.connected = false,
-                Op::Reconnect => {
-                    if !self.connected {
-                        self.connected = true;
-                        self.relist();
-                    }
-                }
-                Op::Resync => self.queue.resync(&self.cache),
-                Op::Pop(n) => {
-                    for p in self.queue.pop_batch(n) {
-                        self.observe(&p)?;
-                        self.popped.push_back(p);
-                    }
-                }
-                Op::Apply(n) => {
-                    for _ in 0..n {
-                        let Some(p) = self.popped.pop_front() else {
-                            break;
-                        };
-                        for d in &p.deltas {
-                            match d {
-                                Delta::Deleted(_) => {
-                                    self.cache.remove(&p.key);
-                                }
-                                other => {
-                                    let obj =
-                                        other.object().expect("non-delete deltas carry an object");
-                                    self.cache.upsert(p.key.clone(), obj.clone());
-                                }
-                            }
-                        }
-                        self.queue.done(&p.receipt);
-                    }
-                }
-            }
-            // HasSynced only once every initial item has been applied.
-            if self.queue.has_synced() {
-                prop_assert!(self.popped.iter().all(|p| !p.is_in_initial_list));
-            }
-            Ok(())
-        }
-
-        /// The observer rebuilds the state from the deltas, which must never
-        /// go back in time nor delete what the observer does not have.
-        fn observe(&mut self, p: &Popped<ConfigMap>) -> Result<(), TestCaseError> {
-            prop_assert!(!p.deltas.is_empty());
-            let key = p.key.to_string();
-            for d in &p.deltas {
-                if let Some(obj) = d.object() {
-                    let v = version(obj);
-                    let newest = self.newest_seen.entry(key.clone()).or_insert(0);
-                    prop_assert!(v >= *newest, "{key}: {d:?} goes back from {newest}");
-                    *newest = v;
-                }
-                match d {
-                    Delta::Deleted(_) => {
-                        prop_assert!(
-                            self.observer.remove(&key).is_some(),
-                            "{key}: delete of an unknown object"
-                        );
-                    }
-                    other => {
-                        let obj = other.object().expect("non-delete deltas carry an object");
-                        self.observer.insert(key.clone(), version(obj));
-                    }
-                }
-            }
-            Ok(())
-        }
-
-        fn drain(&mut self) -> Result<(), TestCaseError> {
-            self.step(&Op::Reconnect)?;
-            while !self.queue.is_empty() || !self.popped.is_empty() {
-                self.step(&Op::Pop(3))?;
-                self.step(&Op::Apply(2))?;
-            }
-            Ok(())
-        }
-
-        fn cache_state(&self) -> BTreeMap<String, u64> {
-            self.cache
-                .list()
-                .iter()
-                .map(|o| (o.metadata.name.clone().unwrap_or_default(), version(o)))
-                .collect()
-        }
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(512))]
-        #[test]
-        fn queue_into_cache_converges_to_server_state(
-            initial in proptest::collection::vec(any::<bool>(), 5),
-            ops in proptest::collection::vec(op(), 0..120),
-        ) {
-            let mut w = World::new(&initial);
-            for op in &ops {
-                w.step(op)?;
-            }
-            w.drain()?;
-            prop_assert_eq!(&w.cache_state(), &w.server);
-            prop_assert_eq!(&w.observer, &w.server);
-            prop_assert!(w.queue.is_empty());
-            prop_assert_eq!(w.queue.in_flight(), 0);
-            prop_assert!(w.queue.in_flight.is_empty());
-            prop_assert!(w.queue.has_synced());
         }
     }
 }
