@@ -4,9 +4,11 @@
 
 mod common;
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
+use k8s_openapi::api::core::v1::ConfigMap;
 use kinformer::{Cause, FifoOrdering, OverflowPolicy, SubscribeOptions};
 use tokio::sync::watch;
 
@@ -14,6 +16,37 @@ const SYNC: Duration = Duration::from_secs(60);
 const SETTLE: Duration = Duration::from_secs(20);
 
 const ORDERINGS: [FifoOrdering; 2] = [FifoOrdering::Merged, FifoOrdering::Arrival];
+
+/// A `Block` subscriber (capacity 8) whose handler calls wait while its
+/// gate (open at first) is closed.
+async fn gated_block_subscriber(
+    informer: &kinformer::Informer<ConfigMap>,
+) -> (
+    watch::Sender<bool>,
+    kinformer::Subscription<ConfigMap>,
+    Arc<Mutex<Log>>,
+) {
+    let (gate, gate_rx) = watch::channel(true);
+    let (stalled, log) = Recorder::gated(gate_rx);
+    let sub = informer
+        .subscribe(
+            stalled.recipient(),
+            SubscribeOptions::default()
+                .policy(OverflowPolicy::Block)
+                .capacity(8),
+        )
+        .await
+        .unwrap();
+    (gate, sub, log)
+}
+
+/// The names of the server's ConfigMaps in `default`.
+fn names(server: &kinformer_apiserver::ServerHandle) -> Vec<String> {
+    server_view(server)
+        .keys()
+        .map(|k| k.trim_start_matches("default/").to_owned())
+        .collect()
+}
 
 /// A relist after an outage: one object deleted, one changed. Both
 /// orderings give exactly one tombstone and one relist update (and no
@@ -31,10 +64,7 @@ async fn a_relist_delivers_its_deletes_after_the_items_merged_and_before_them_in
             .await
             .unwrap();
         informer.wait_for_sync(SYNC).await.unwrap();
-        let names: Vec<String> = server_view(&server)
-            .keys()
-            .map(|k| k.trim_start_matches("default/").to_owned())
-            .collect();
+        let names = names(&server);
 
         change_during_outage(&server, Some(&names[0]), &names[1]);
 
@@ -82,17 +112,7 @@ async fn changes_behind_a_stalled_subscriber_come_out_merged_per_key_or_in_arriv
             .fifo_ordering(ordering)
             .start()
             .unwrap();
-        let (gate, gate_rx) = watch::channel(true);
-        let (stalled, log) = Recorder::gated(gate_rx);
-        let sub = informer
-            .subscribe(
-                stalled.recipient(),
-                SubscribeOptions::default()
-                    .policy(OverflowPolicy::Block)
-                    .capacity(8),
-            )
-            .await
-            .unwrap();
+        let (gate, sub, log) = gated_block_subscriber(&informer).await;
         informer.wait_for_sync(SYNC).await.unwrap();
         create(&server, "a", "0");
         create(&server, "b", "0");
@@ -165,23 +185,10 @@ async fn arrival_order_holds_the_reflector_back_behind_a_stalled_subscriber() {
         .fifo_ordering(FifoOrdering::Arrival)
         .start()
         .unwrap();
-    let (gate, gate_rx) = watch::channel(true);
-    let (stalled, log) = Recorder::gated(gate_rx);
-    let sub = informer
-        .subscribe(
-            stalled.recipient(),
-            SubscribeOptions::default()
-                .policy(OverflowPolicy::Block)
-                .capacity(8),
-        )
-        .await
-        .unwrap();
+    let (gate, sub, log) = gated_block_subscriber(&informer).await;
     informer.wait_for_sync(SYNC).await.unwrap();
     gate.send_replace(false);
-    let names: Vec<String> = server_view(&server)
-        .keys()
-        .map(|k| k.trim_start_matches("default/").to_owned())
-        .collect();
+    let names = names(&server);
     for i in 0..1_000 {
         let name = &names[i % names.len()];
         let mut o = server.get("", "configmaps", Some("default"), name).unwrap();

@@ -139,6 +139,29 @@ impl<K> InFlight<K> {
         }
     }
 
+    /// What a periodic resync queues as `Sync` (DF-11, RF-7): each object
+    /// of `cache` whose key has nothing queued (`queued` is false) and
+    /// nothing out, so a resync never carries an older state than one on
+    /// its way.
+    pub(super) fn resyncable(
+        &self,
+        cache: &dyn KnownObjects<K>,
+        queued: impl Fn(&ObjectKey) -> bool,
+    ) -> Vec<(ObjectKey, Arc<K>)> {
+        cache
+            .known_keys()
+            .into_iter()
+            .filter(|key| !queued(key) && !self.contains(key))
+            .filter_map(|key| match cache.known_object(&key) {
+                Some(obj) => Some((key, obj)),
+                None => {
+                    tracing::debug!(%key, "resync: known key has no object; skipped");
+                    None
+                }
+            })
+            .collect()
+    }
+
     /// The known objects as a queue must see them: `cache` overlaid with
     /// what is out.
     pub(super) fn overlay<'a>(&'a self, cache: &'a dyn KnownObjects<K>) -> Overlay<'a, K> {

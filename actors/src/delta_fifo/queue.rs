@@ -208,14 +208,11 @@ impl<K: Resource> DeltaQueue<K> {
     /// every known key that has neither pending deltas nor popped-not-done
     /// items, so a resync never carries an older state than one on its way.
     pub fn resync(&mut self, known: &dyn KnownObjects<K>) {
-        for key in known.known_keys() {
-            if self.items.contains_key(&key) || self.in_flight.contains(&key) {
-                continue;
-            }
-            match known.known_object(&key) {
-                Some(obj) => self.queue_delta(key, Delta::Sync(obj)),
-                None => tracing::debug!(%key, "resync: known key has no object; skipped"),
-            }
+        let due = self
+            .in_flight
+            .resyncable(known, |key| self.items.contains_key(key));
+        for (key, obj) in due {
+            self.queue_delta(key, Delta::Sync(obj));
         }
     }
 

@@ -163,14 +163,11 @@ impl<K: Resource> RealFifo<K> {
     /// every known key with nothing queued and nothing in flight, so a
     /// resync never carries an older state than one on its way.
     pub fn resync(&mut self, known: &dyn KnownObjects<K>) {
-        for key in known.known_keys() {
-            if self.queued.contains_key(&key) || self.in_flight.contains(&key) {
-                continue;
-            }
-            match known.known_object(&key) {
-                Some(obj) => self.append(key, Delta::Sync(obj)),
-                None => tracing::debug!(%key, "resync: known key has no object; skipped"),
-            }
+        let due = self
+            .in_flight
+            .resyncable(known, |key| self.queued.contains_key(key));
+        for (key, obj) in due {
+            self.append(key, Delta::Sync(obj));
         }
     }
 
