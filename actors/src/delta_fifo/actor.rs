@@ -230,6 +230,7 @@ impl<K: Resource + Send + Sync + 'static> Handler<Replace<K>> for DeltaFifo<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::delta_fifo::FifoOrdering;
     use crate::event::Event;
     use crate::indexer::{Cache, IndexerStats, Subscribe};
     use crate::listener::{Listener, ListenerOptions, ListenerStats, OverflowPolicy};
@@ -263,9 +264,15 @@ mod tests {
 
     /// A `Replace` past the high watermark waits for room like an `Enqueue`:
     /// relisting again and again against a stalled consumer would otherwise
-    /// queue one more state per key each time.
+    /// queue one more state per key each time. In both orderings.
     #[actix::test]
     async fn a_replace_past_the_high_watermark_waits_for_room() {
+        for ordering in [FifoOrdering::Merged, FifoOrdering::Arrival] {
+            replace_waits_for_room(ordering).await;
+        }
+    }
+
+    async fn replace_waits_for_room(ordering: FifoOrdering) {
         let cache = Cache::<ConfigMap>::new();
         let reader = cache.reader();
         let indexer = Indexer::new(cache, Arc::new(IndexerStats::default())).start();
@@ -291,7 +298,8 @@ mod tests {
             FifoOptions::default()
                 .batch_size(16)
                 .initial_batch_size(16)
-                .high_watermark(64),
+                .high_watermark(64)
+                .ordering(ordering),
             watch::channel(false).0,
             stats.clone(),
         )
@@ -309,7 +317,7 @@ mod tests {
         settle().await;
         assert!(
             futures::poll!(&mut replaced).is_pending(),
-            "held while {} deltas wait",
+            "{ordering:?}: held while {} deltas wait",
             stats.queued_deltas.load(Ordering::SeqCst)
         );
         gate.send_replace(true);
@@ -318,6 +326,9 @@ mod tests {
             .expect("answered once the consumer drained the queue")
             .unwrap()
             .unwrap();
-        assert!(stats.queued_deltas.load(Ordering::SeqCst) < 64);
+        assert!(
+            stats.queued_deltas.load(Ordering::SeqCst) < 64,
+            "{ordering:?}"
+        );
     }
 }
