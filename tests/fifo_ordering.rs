@@ -4,41 +4,15 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
-use k8s_openapi::api::core::v1::ConfigMap;
-use kinformer::{Cause, FifoOrdering, OverflowPolicy, SubscribeOptions};
-use tokio::sync::watch;
+use kinformer::{Cause, FifoOrdering, SubscribeOptions};
 
 const SYNC: Duration = Duration::from_secs(60);
 const SETTLE: Duration = Duration::from_secs(20);
 
 const ORDERINGS: [FifoOrdering; 2] = [FifoOrdering::Merged, FifoOrdering::Arrival];
-
-/// A `Block` subscriber (capacity 8) whose handler calls wait while its
-/// gate (open at first) is closed.
-async fn gated_block_subscriber(
-    informer: &kinformer::Informer<ConfigMap>,
-) -> (
-    watch::Sender<bool>,
-    kinformer::Subscription<ConfigMap>,
-    Arc<Mutex<Log>>,
-) {
-    let (gate, gate_rx) = watch::channel(true);
-    let (stalled, log) = Recorder::gated(gate_rx);
-    let sub = informer
-        .subscribe(
-            stalled.recipient(),
-            SubscribeOptions::default()
-                .policy(OverflowPolicy::Block)
-                .capacity(8),
-        )
-        .await
-        .unwrap();
-    (gate, sub, log)
-}
 
 /// The names of the server's ConfigMaps in `default`.
 fn names(server: &kinformer_apiserver::ServerHandle) -> Vec<String> {
@@ -112,7 +86,7 @@ async fn changes_behind_a_stalled_subscriber_come_out_merged_per_key_or_in_arriv
             .fifo_ordering(ordering)
             .start()
             .unwrap();
-        let (gate, sub, log) = gated_block_subscriber(&informer).await;
+        let (gate, sub, log) = gated_block_subscriber(&informer, true).await;
         informer.wait_for_sync(SYNC).await.unwrap();
         create(&server, "a", "0");
         create(&server, "b", "0");
@@ -185,7 +159,7 @@ async fn arrival_order_holds_the_reflector_back_behind_a_stalled_subscriber() {
         .fifo_ordering(FifoOrdering::Arrival)
         .start()
         .unwrap();
-    let (gate, sub, log) = gated_block_subscriber(&informer).await;
+    let (gate, sub, log) = gated_block_subscriber(&informer, true).await;
     informer.wait_for_sync(SYNC).await.unwrap();
     gate.send_replace(false);
     let names = names(&server);
