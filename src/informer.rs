@@ -8,7 +8,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use kinformer_actors::Object;
 use kinformer_actors::SubscriberId;
-use kinformer_actors::delta_fifo::{DeltaFifo, FifoOptions, FifoStats};
+use kinformer_actors::delta_fifo::{DeltaFifo, FifoOptions, FifoOrdering, FifoStats};
 use kinformer_actors::indexer::{
     Cache, IndexFn, Indexer, IndexerStats, ListenerStopped, Subscribe, Unsubscribe,
 };
@@ -117,9 +117,19 @@ where
         self
     }
 
-    /// Tuning of the DeltaFIFO (batch size, high watermark).
+    /// Tuning of the DeltaFIFO (batch size, high watermark, ordering).
     pub fn fifo_options(mut self, options: FifoOptions) -> Self {
         self.fifo = options;
+        self
+    }
+
+    /// In which order changes reach the subscribers: merged per object (the
+    /// default, client-go's classic DeltaFIFO) or every change in arrival
+    /// order across objects (client-go's RealFIFO, its default since 1.33).
+    /// See [`FifoOrdering`]. A later [`fifo_options`](Self::fifo_options)
+    /// replaces it.
+    pub fn fifo_ordering(mut self, ordering: FifoOrdering) -> Self {
+        self.fifo = self.fifo.ordering(ordering);
         self
     }
 

@@ -57,7 +57,7 @@ pub use informer::{Informer, InformerBuilder, InformerStats, WatchEnds};
 /// reachable through `actors` may change between minor versions.
 pub use kinformer_actors as actors;
 pub use kinformer_actors::Object;
-pub use kinformer_actors::delta_fifo::FifoOptions;
+pub use kinformer_actors::delta_fifo::{FifoOptions, FifoOrdering};
 pub use kinformer_actors::indexer::{CacheError, CacheView, IndexError, IndexFn, Snapshot};
 pub use kinformer_actors::listener::OverflowPolicy;
 pub use kinformer_actors::reflector::{Backoff, RequestFailure, WatchEndReason};

@@ -446,29 +446,6 @@ fn small_fifo() -> kinformer::FifoOptions {
         .high_watermark(64)
 }
 
-/// A `Block` subscriber (capacity 8) whose handler calls wait while its gate is closed.
-async fn gated_block_subscriber(
-    informer: &kinformer::Informer<k8s_openapi::api::core::v1::ConfigMap>,
-    open: bool,
-) -> (
-    watch::Sender<bool>,
-    kinformer::Subscription<k8s_openapi::api::core::v1::ConfigMap>,
-    std::sync::Arc<std::sync::Mutex<Log>>,
-) {
-    let (gate_tx, gate_rx) = watch::channel(open);
-    let (stalled, log) = Recorder::gated(gate_rx);
-    let sub = informer
-        .subscribe(
-            stalled.recipient(),
-            SubscribeOptions::default()
-                .policy(OverflowPolicy::Block)
-                .capacity(8),
-        )
-        .await
-        .unwrap();
-    (gate_tx, sub, log)
-}
-
 #[actix::test]
 async fn stalled_block_subscriber_holds_the_pipeline_with_bounded_memory() {
     let server = server(100_000);

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use crate::key::{DeletedObject, ObjectKey};
+use crate::key::{DeletedObject, ObjectKey, Tombstone};
 
 /// One change to one object, as queued for the consumer (DF-1).
 #[derive(Debug)]
@@ -35,6 +35,12 @@ impl<K> Clone for Delta<K> {
 }
 
 impl<K> Delta<K> {
+    /// A relist's delete of `key`, whose final state is unknown (KEY-4):
+    /// `last_known` is the newest state the queue or the cache had.
+    pub(crate) fn tombstone(key: ObjectKey, last_known: Option<Arc<K>>) -> Self {
+        Delta::Deleted(DeletedObject::Unknown(Tombstone { key, last_known }))
+    }
+
     /// The object the delta carries; for a tombstone, its last known state
     /// (tombstones never nest, so this is never another tombstone).
     pub fn object(&self) -> Option<&Arc<K>> {

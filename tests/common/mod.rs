@@ -406,3 +406,26 @@ pub fn change_during_outage(server: &ServerHandle, delete: Option<&str>, update:
     server.faults().close_all_watches();
     server.faults().stall_watches(false);
 }
+
+/// A `Block` subscriber (capacity 8) whose handler calls wait while its gate is closed.
+pub async fn gated_block_subscriber(
+    informer: &kinformer::Informer<ConfigMap>,
+    open: bool,
+) -> (
+    watch::Sender<bool>,
+    kinformer::Subscription<ConfigMap>,
+    Arc<Mutex<Log>>,
+) {
+    let (gate_tx, gate_rx) = watch::channel(open);
+    let (stalled, log) = Recorder::gated(gate_rx);
+    let sub = informer
+        .subscribe(
+            stalled.recipient(),
+            kinformer::SubscribeOptions::default()
+                .policy(kinformer::OverflowPolicy::Block)
+                .capacity(8),
+        )
+        .await
+        .unwrap();
+    (gate_tx, sub, log)
+}

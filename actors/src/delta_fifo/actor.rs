@@ -1,13 +1,16 @@
-//! The DeltaFIFO actor: owns the [`DeltaQueue`], takes watch events and lists
-//! from the Reflector, and hands batches of per-key deltas to the Indexer.
+//! The DeltaFIFO actor: owns a [`FifoQueue`] (merged per key or in arrival
+//! order, per [`FifoOptions::ordering`]), takes watch events and lists from
+//! the Reflector, and hands batches of deltas to the Indexer.
 //!
 //! Flow control, both ways, by acknowledgement (never by mailbox capacity,
 //! which actix's `send`/`do_send` ignore):
 //! - Towards the Indexer: at most one batch in flight; the next is popped when
-//!   the Indexer answers. Meanwhile new events merge per key in the queue.
+//!   the Indexer answers. Meanwhile new events wait in the queue (merged per
+//!   key, or one entry each in arrival order).
 //! - From the Reflector: [`Enqueue`] is answered at once while the queue holds
-//!   fewer than `high_watermark` deltas, and only once it has drained below
-//!   that otherwise. The Reflector awaits the answer before it reads more of
+//!   fewer than `high_watermark` deltas (in both orderings: arrival order
+//!   keeps every event, so a stalled consumer holds the Reflector back all
+//!   the same), and only once it has drained below that otherwise. The Reflector awaits the answer before it reads more of
 //!   the watch stream, so the server's TCP connection pushes back.
 //!   [`Replace`] is answered the same way: its list is already in memory, but
 //!   a Reflector relisting again and again while the consumer is stalled
@@ -21,8 +24,9 @@ use futures::channel::oneshot;
 use kube::Resource;
 use tokio::sync::watch;
 
+use super::fifo_queue::FifoQueue;
 use super::messages::{Enqueue, FifoClosed, Replace, WatchDelta};
-use super::queue::{DeltaQueue, DeltaQueueOptions};
+use super::options::FifoOptions;
 use crate::answer::Answer;
 use crate::delta::PopReceipt;
 use crate::indexer::{CacheReader, FifoSynced, Indexer, Process};
@@ -38,66 +42,9 @@ pub struct FifoStats {
     pub saturated: AtomicBool,
 }
 
-/// Tuning of the DeltaFIFO actor.
-#[derive(Debug, Clone, Copy)]
-#[non_exhaustive]
-pub struct FifoOptions {
-    /// Most keys handed to the Indexer in one batch.
-    pub batch_size: usize,
-    /// The same until the initial list is processed (DF-15). The Indexer
-    /// publishes its cache once per batch, and every publish makes the next
-    /// writes copy the tree nodes they touch: with 256-key batches that was
-    /// ~9 % of a 100k-object sync's CPU (BENCHMARKS.md). Listeners still get
-    /// the events in chunks of 256.
-    pub initial_batch_size: usize,
-    /// Queued deltas above which the Reflector is held back.
-    pub high_watermark: usize,
-}
-
-impl Default for FifoOptions {
-    fn default() -> Self {
-        FifoOptions {
-            batch_size: 256,
-            initial_batch_size: 16_384,
-            high_watermark: 16_384,
-        }
-    }
-}
-
-impl FifoOptions {
-    /// Most keys handed to the Indexer in one batch.
-    pub const fn batch_size(mut self, batch_size: usize) -> Self {
-        self.batch_size = batch_size;
-        self
-    }
-
-    /// Most keys per batch until the initial list is processed.
-    pub const fn initial_batch_size(mut self, initial_batch_size: usize) -> Self {
-        self.initial_batch_size = initial_batch_size;
-        self
-    }
-
-    /// Queued deltas above which the Reflector is held back.
-    pub const fn high_watermark(mut self, high_watermark: usize) -> Self {
-        self.high_watermark = high_watermark;
-        self
-    }
-
-    /// The options with batch sizes ≥ 1 and `high_watermark ≥ batch_size`
-    /// (a zero batch would never pop; a zero watermark never answer).
-    pub fn sanitized(self) -> Self {
-        let batch_size = self.batch_size.max(1);
-        FifoOptions {
-            batch_size,
-            initial_batch_size: self.initial_batch_size.max(1),
-            high_watermark: self.high_watermark.max(batch_size),
-        }
-    }
-}
-
 /// The DeltaFIFO actor.
 pub struct DeltaFifo<K: Resource + Send + Sync + 'static> {
-    queue: DeltaQueue<K>,
+    queue: Box<dyn FifoQueue<K>>,
     known: CacheReader<K>,
     indexer: Addr<Indexer<K>>,
     options: FifoOptions,
@@ -119,7 +66,7 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
         stats: Arc<FifoStats>,
     ) -> Self {
         DeltaFifo {
-            queue: DeltaQueue::new(DeltaQueueOptions::default()),
+            queue: options.ordering.queue(),
             known,
             indexer,
             options: options.sanitized(),
@@ -155,7 +102,7 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
     fn refresh_stats(&self) {
         self.stats
             .queued_keys
-            .store(self.queue.len(), Ordering::Relaxed);
+            .store(self.queue.queued_keys(), Ordering::Relaxed);
         self.stats
             .queued_deltas
             .store(self.queue.pending_deltas(), Ordering::Relaxed);
@@ -283,6 +230,7 @@ impl<K: Resource + Send + Sync + 'static> Handler<Replace<K>> for DeltaFifo<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::delta_fifo::FifoOrdering;
     use crate::event::Event;
     use crate::indexer::{Cache, IndexerStats, Subscribe};
     use crate::listener::{Listener, ListenerOptions, ListenerStats, OverflowPolicy};
@@ -316,9 +264,15 @@ mod tests {
 
     /// A `Replace` past the high watermark waits for room like an `Enqueue`:
     /// relisting again and again against a stalled consumer would otherwise
-    /// queue one more state per key each time.
+    /// queue one more state per key each time. In both orderings.
     #[actix::test]
     async fn a_replace_past_the_high_watermark_waits_for_room() {
+        for ordering in [FifoOrdering::Merged, FifoOrdering::Arrival] {
+            replace_waits_for_room(ordering).await;
+        }
+    }
+
+    async fn replace_waits_for_room(ordering: FifoOrdering) {
         let cache = Cache::<ConfigMap>::new();
         let reader = cache.reader();
         let indexer = Indexer::new(cache, Arc::new(IndexerStats::default())).start();
@@ -341,11 +295,11 @@ mod tests {
         let fifo = DeltaFifo::new(
             reader,
             indexer,
-            FifoOptions {
-                batch_size: 16,
-                initial_batch_size: 16,
-                high_watermark: 64,
-            },
+            FifoOptions::default()
+                .batch_size(16)
+                .initial_batch_size(16)
+                .high_watermark(64)
+                .ordering(ordering),
             watch::channel(false).0,
             stats.clone(),
         )
@@ -363,7 +317,7 @@ mod tests {
         settle().await;
         assert!(
             futures::poll!(&mut replaced).is_pending(),
-            "held while {} deltas wait",
+            "{ordering:?}: held while {} deltas wait",
             stats.queued_deltas.load(Ordering::SeqCst)
         );
         gate.send_replace(true);
@@ -372,6 +326,9 @@ mod tests {
             .expect("answered once the consumer drained the queue")
             .unwrap()
             .unwrap();
-        assert!(stats.queued_deltas.load(Ordering::SeqCst) < 64);
+        assert!(
+            stats.queued_deltas.load(Ordering::SeqCst) < 64,
+            "{ordering:?}"
+        );
     }
 }

@@ -27,17 +27,15 @@
 //!
 //! # Deliberate deviations
 //!
-//! * **Asynchronous consumer and the in-flight overlay.** client-go runs the
-//!   consumer's `process` under the FIFO lock (DF-7, DF-17), so the indexer
-//!   always reflects every popped item before the next producer call. Our
-//!   consumer (the Indexer actor) applies popped items *after* `pop` returns.
-//!   Between [`DeltaQueue::pop`] and [`DeltaQueue::done`] the queue therefore
-//!   keeps, per key, the number of popped-not-done items and the newest state
-//!   they carry (an object, or "deleted"). Every known-objects lookup (the
-//!   DF-6 delete filter, DF-9 step 3, DF-11) sees *cache ∪ in-flight*, with
-//!   in-flight taking precedence: a key whose newest in-flight delta is a
-//!   delete is not known. Resync also skips keys in flight, exactly as it
-//!   skips keys with pending deltas.
+//! * **Asynchronous consumer and the in-flight overlay** (see
+//!   `in_flight.rs`). client-go runs the consumer's
+//!   `process` under the FIFO lock (DF-7, DF-17), so the indexer always
+//!   reflects every popped item before the next producer call. Our consumer
+//!   (the Indexer actor) applies popped items *after* `pop` returns, so
+//!   between [`DeltaQueue::pop`] and [`DeltaQueue::done`] every known-objects
+//!   lookup (the DF-6 delete filter, DF-9 step 3, DF-11) sees *cache ∪ in
+//!   flight*. Resync also skips keys in flight, exactly as it skips keys with
+//!   pending deltas.
 //! * **HasSynced is latched after processing** (the DF-15 note, spec section
 //!   5): only once the last item of the initial population has been popped
 //!   *and* reported [`done`](DeltaQueue::done).
@@ -60,17 +58,14 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet, VecDeque};
-
-/// The queue's maps hash every key on every delta: foldhash instead of
-/// SipHash (SipHash was ~3 % of a 100k-object sync, perf). Keys come from
-/// the API server; foldhash is still randomly seeded per map.
-type Hasher = foldhash::fast::RandomState;
 use std::sync::Arc;
 
 use kube::Resource;
 
+use super::in_flight::{InFlight, KEEP_WHEN_IDLE, KeyHasher};
+use super::population::InitialPopulation;
 use crate::delta::{Delta, KnownObjects, PopReceipt, Popped};
-use crate::key::{DeletedObject, KeyError, ObjectKey, Tombstone};
+use crate::key::{DeletedObject, KeyError, ObjectKey};
 
 /// Options of a [`DeltaQueue`] (DF-2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,54 +83,6 @@ impl Default for DeltaQueueOptions {
     }
 }
 
-/// Popped-not-done items of one key (the in-flight overlay).
-#[derive(Debug)]
-struct InFlight<K> {
-    /// How many popped items of the key are not `done` yet.
-    count: usize,
-    /// The state the newest of them leaves the object in (`None`: deleted).
-    newest: Option<Arc<K>>,
-}
-
-/// The known objects as the queue must see them: the cache, overlaid with
-/// what is popped but not applied yet.
-struct Overlay<'a, K> {
-    cache: &'a dyn KnownObjects<K>,
-    in_flight: &'a HashMap<ObjectKey, InFlight<K>, Hasher>,
-}
-
-impl<K> Overlay<'_, K> {
-    fn object(&self, key: &ObjectKey) -> Option<Arc<K>> {
-        match self.in_flight.get(key) {
-            Some(f) => f.newest.clone(),
-            None => self.cache.known_object(key),
-        }
-    }
-
-    fn knows(&self, key: &ObjectKey) -> bool {
-        match self.in_flight.get(key) {
-            Some(f) => f.newest.is_some(),
-            None => self.cache.knows(key),
-        }
-    }
-
-    fn keys(&self) -> Vec<ObjectKey> {
-        let mut keys: Vec<ObjectKey> = self
-            .cache
-            .known_keys()
-            .into_iter()
-            .filter(|k| self.in_flight.get(k).is_none_or(|f| f.newest.is_some()))
-            .collect();
-        keys.extend(
-            self.in_flight
-                .iter()
-                .filter(|(k, f)| f.newest.is_some() && !self.cache.knows(k))
-                .map(|(k, _)| k.clone()),
-        );
-        keys
-    }
-}
-
 /// The DeltaFIFO (spec 1.3): per-key deltas in FIFO order of keys, with
 /// known objects = the cache. See the module documentation for the rules and
 /// the deviations from client-go.
@@ -143,22 +90,13 @@ impl<K> Overlay<'_, K> {
 pub struct DeltaQueue<K> {
     emit_replaced: bool,
     /// Pending deltas per key; never an empty list (DF-1).
-    items: HashMap<ObjectKey, Vec<Delta<K>>, Hasher>,
+    items: HashMap<ObjectKey, Vec<Delta<K>>, KeyHasher>,
     /// FIFO order of the keys of `items`, without duplicates (DF-1).
     queue: VecDeque<ObjectKey>,
-    /// Popped, not yet done, per key.
-    in_flight: HashMap<ObjectKey, InFlight<K>, Hasher>,
-    /// Ids of the receipts not yet done.
-    outstanding: HashSet<u64, Hasher>,
-    next_receipt: u64,
-    /// A first mutation happened (DF-15).
-    populated: bool,
-    /// Items of the initial population not popped yet.
-    initial_unpopped: usize,
-    /// Items of the initial population popped but not done yet.
-    initial_unfinished: usize,
-    /// Latched HasSynced.
-    synced: bool,
+    /// Popped, not yet done.
+    in_flight: InFlight<K>,
+    /// The initial population and the latched HasSynced (DF-15).
+    population: InitialPopulation,
     /// Deltas in `items`, exactly (the DeltaFIFO's back-pressure measure).
     pending_deltas: usize,
 }
@@ -170,13 +108,8 @@ impl<K: Resource> DeltaQueue<K> {
             emit_replaced: options.emit_replaced,
             items: HashMap::default(),
             queue: VecDeque::new(),
-            in_flight: HashMap::default(),
-            outstanding: HashSet::default(),
-            next_receipt: 0,
-            populated: false,
-            initial_unpopped: 0,
-            initial_unfinished: 0,
-            synced: false,
+            in_flight: InFlight::new(),
+            population: InitialPopulation::default(),
             pending_deltas: 0,
         }
     }
@@ -184,7 +117,7 @@ impl<K: Resource> DeltaQueue<K> {
     /// Queues `Added` (DF-5). A key error changes nothing.
     pub fn add(&mut self, obj: Arc<K>, _known: &dyn KnownObjects<K>) -> Result<(), KeyError> {
         let key = ObjectKey::of(&*obj)?;
-        self.mark_populated();
+        self.population.mutated();
         self.queue_delta(key, Delta::Added(obj));
         Ok(())
     }
@@ -192,7 +125,7 @@ impl<K: Resource> DeltaQueue<K> {
     /// Queues `Updated` (DF-5). A key error changes nothing.
     pub fn update(&mut self, obj: Arc<K>, _known: &dyn KnownObjects<K>) -> Result<(), KeyError> {
         let key = ObjectKey::of(&*obj)?;
-        self.mark_populated();
+        self.population.mutated();
         self.queue_delta(key, Delta::Updated(obj));
         Ok(())
     }
@@ -202,8 +135,8 @@ impl<K: Resource> DeltaQueue<K> {
     /// reported, by a relist tombstone or an earlier delete.
     pub fn delete(&mut self, obj: Arc<K>, known: &dyn KnownObjects<K>) -> Result<(), KeyError> {
         let key = ObjectKey::of(&*obj)?;
-        self.mark_populated();
-        if !self.items.contains_key(&key) && !self.overlay(known).knows(&key) {
+        self.population.mutated();
+        if !self.items.contains_key(&key) && !self.in_flight.overlay(known).knows(&key) {
             tracing::trace!(%key, "delete of an unknown object dropped");
             return Ok(());
         }
@@ -226,8 +159,8 @@ impl<K: Resource> DeltaQueue<K> {
             .collect::<Result<Vec<_>, _>>()?;
 
         // Step 1: list items, in list order.
-        let mut listed: HashSet<ObjectKey, Hasher> =
-            HashSet::with_capacity_and_hasher(keyed.len(), Hasher::default());
+        let mut listed: HashSet<ObjectKey, KeyHasher> =
+            HashSet::with_capacity_and_hasher(keyed.len(), KeyHasher::default());
         for (key, obj) in keyed {
             listed.insert(key.clone());
             let delta = if self.emit_replaced {
@@ -253,42 +186,21 @@ impl<K: Resource> DeltaQueue<K> {
                 (key.clone(), last_known)
             })
             .collect();
-        let mut queued_deletions = missing_queued.len();
-        for (key, last_known) in missing_queued {
-            self.queue_tombstone(key, last_known);
-        }
 
         // Step 3: known keys (cache ∪ in-flight) missing from the list and
         // without pending deltas.
-        let overlay = self.overlay(known);
-        let mut missing_known: Vec<ObjectKey> = overlay
-            .keys()
-            .into_iter()
-            .filter(|key| !listed.contains(key) && !self.items.contains_key(key))
-            .collect();
-        missing_known.sort_unstable();
-        missing_known.dedup();
-        let missing_known: Vec<(ObjectKey, Option<Arc<K>>)> = missing_known
-            .into_iter()
-            .map(|key| {
-                let last_known = overlay.object(&key);
-                if last_known.is_none() {
-                    tracing::debug!(%key, "known key vanished during relist; tombstone without last known state");
-                }
-                (key, last_known)
-            })
-            .collect();
-        queued_deletions += missing_known.len();
-        for (key, last_known) in missing_known {
+        let missing_known = self
+            .in_flight
+            .overlay(known)
+            .vanished(&listed, |key| self.items.contains_key(key));
+
+        let deletions = missing_queued.len() + missing_known.len();
+        for (key, last_known) in missing_queued.into_iter().chain(missing_known) {
             self.queue_tombstone(key, last_known);
         }
 
         // Step 4: the first mutation defines the initial population.
-        if !self.populated {
-            self.populated = true;
-            self.initial_unpopped = listed.len() + queued_deletions;
-            self.try_latch_synced();
-        }
+        self.population.replaced(listed.len() + deletions);
         Ok(())
     }
 
@@ -296,14 +208,11 @@ impl<K: Resource> DeltaQueue<K> {
     /// every known key that has neither pending deltas nor popped-not-done
     /// items, so a resync never carries an older state than one on its way.
     pub fn resync(&mut self, known: &dyn KnownObjects<K>) {
-        for key in known.known_keys() {
-            if self.items.contains_key(&key) || self.in_flight.contains_key(&key) {
-                continue;
-            }
-            match known.known_object(&key) {
-                Some(obj) => self.queue_delta(key, Delta::Sync(obj)),
-                None => tracing::debug!(%key, "resync: known key has no object; skipped"),
-            }
+        let due = self
+            .in_flight
+            .resyncable(known, |key| self.items.contains_key(key));
+        for (key, obj) in due {
+            self.queue_delta(key, Delta::Sync(obj));
         }
     }
 
@@ -321,33 +230,15 @@ impl<K: Resource> DeltaQueue<K> {
                 continue;
             };
             let newest = newest.resulting_state();
-
-            let counts_toward_initial = self.initial_unpopped > 0;
-            if counts_toward_initial {
-                self.initial_unpopped -= 1;
-                self.initial_unfinished += 1;
-            }
-
-            let entry = self.in_flight.entry(key.clone()).or_insert(InFlight {
-                count: 0,
-                newest: None,
-            });
-            entry.count += 1;
-            entry.newest = newest;
-
-            let id = self.next_receipt;
-            self.next_receipt = self.next_receipt.wrapping_add(1);
-            self.outstanding.insert(id);
-
+            let is_in_initial_list = self.population.take();
+            let receipt = self
+                .in_flight
+                .begin(key.clone(), newest, is_in_initial_list);
             return Some(Popped {
-                key: key.clone(),
+                key,
                 deltas,
-                is_in_initial_list: counts_toward_initial,
-                receipt: PopReceipt {
-                    id,
-                    key,
-                    counts_toward_initial,
-                },
+                is_in_initial_list,
+                receipt,
             });
         }
         None
@@ -360,7 +251,7 @@ impl<K: Resource> DeltaQueue<K> {
         let mut batch: Vec<Popped<K>> = Vec::new();
         while batch.len() < max {
             let crosses_initial_end =
-                batch.first().is_some_and(|p| p.is_in_initial_list) && self.initial_unpopped == 0;
+                batch.first().is_some_and(|p| p.is_in_initial_list) && self.population.all_taken();
             if crosses_initial_end {
                 break;
             }
@@ -376,21 +267,7 @@ impl<K: Resource> DeltaQueue<K> {
     /// in-flight overlay, and the last initial item latches HasSynced. A
     /// receipt given twice (or unknown) is ignored with a warning.
     pub fn done(&mut self, receipt: &PopReceipt) {
-        if !self.outstanding.remove(&receipt.id) {
-            tracing::warn!(key = %receipt.key, "done for an unknown or already finished pop; ignored");
-            return;
-        }
-        if let Entry::Occupied(mut e) = self.in_flight.entry(receipt.key.clone()) {
-            let f = e.get_mut();
-            f.count = f.count.saturating_sub(1);
-            if f.count == 0 {
-                e.remove();
-            }
-        }
-        if receipt.counts_toward_initial {
-            self.initial_unfinished = self.initial_unfinished.saturating_sub(1);
-            self.try_latch_synced();
-        }
+        self.in_flight.done(receipt, &mut self.population);
     }
 
     /// Gives back what a burst (the initial list, a large relist) left
@@ -399,29 +276,23 @@ impl<K: Resource> DeltaQueue<K> {
     /// (after a 100k-object list, ~60 bytes per cached object). A no-op
     /// while anything is queued, or when the containers are small.
     pub fn release_idle_memory(&mut self) {
-        const KEEP: usize = 4096;
         if !self.queue.is_empty() || !self.in_flight.is_empty() {
             return;
         }
-        if self.items.capacity() > KEEP {
+        if self.items.capacity() > KEEP_WHEN_IDLE {
             self.items = HashMap::default();
         }
-        if self.queue.capacity() > KEEP {
+        if self.queue.capacity() > KEEP_WHEN_IDLE {
             self.queue = VecDeque::new();
         }
-        if self.in_flight.capacity() > KEEP {
-            self.in_flight = HashMap::default();
-        }
-        if self.outstanding.capacity() > KEEP {
-            self.outstanding = HashSet::default();
-        }
+        self.in_flight.release_idle_memory();
     }
 
     /// True once the initial population has been popped and processed
     /// (DF-15, latched). A first `add`/`update`/`delete`, or a first
     /// `replace` that queues nothing, syncs at once.
     pub fn has_synced(&self) -> bool {
-        self.synced
+        self.population.has_synced()
     }
 
     /// Number of queued keys.
@@ -441,35 +312,17 @@ impl<K: Resource> DeltaQueue<K> {
 
     /// Number of popped items not yet [`done`](Self::done).
     pub fn in_flight(&self) -> usize {
-        self.outstanding.len()
+        self.in_flight.len()
     }
 
-    fn overlay<'a>(&'a self, cache: &'a dyn KnownObjects<K>) -> Overlay<'a, K> {
-        Overlay {
-            cache,
-            in_flight: &self.in_flight,
-        }
-    }
-
-    fn mark_populated(&mut self) {
-        if !self.populated {
-            self.populated = true;
-            self.try_latch_synced();
-        }
-    }
-
-    fn try_latch_synced(&mut self) {
-        if self.populated && self.initial_unpopped == 0 && self.initial_unfinished == 0 {
-            self.synced = true;
-        }
+    /// The in-flight overlay holds nothing, per key as per receipt.
+    #[cfg(test)]
+    pub(super) fn overlay_is_empty(&self) -> bool {
+        self.in_flight.is_empty()
     }
 
     fn queue_tombstone(&mut self, key: ObjectKey, last_known: Option<Arc<K>>) {
-        let tombstone = Tombstone {
-            key: key.clone(),
-            last_known,
-        };
-        self.queue_delta(key, Delta::Deleted(DeletedObject::Unknown(tombstone)));
+        self.queue_delta(key.clone(), Delta::tombstone(key, last_known));
     }
 
     /// DF-3 steps 3–4: append, deduplicate, and queue a new key at the tail.
@@ -508,59 +361,11 @@ fn dedup_deltas<K>(deltas: &mut Vec<Delta<K>>) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::scenario::{KeyOnly, Listed, o, show, shows, strs, version};
     use super::*;
     use crate::indexer::Cache;
+    use crate::key::Tombstone;
     use k8s_openapi::api::core::v1::ConfigMap;
-    use kube::api::ObjectMeta;
-
-    /// `o(name, v)`: key `name`, resourceVersion `v` (spec section 3 notation).
-    fn o(name: &str, v: u64) -> Arc<ConfigMap> {
-        Arc::new(ConfigMap {
-            metadata: ObjectMeta {
-                name: Some(name.to_owned()),
-                resource_version: Some(v.to_string()),
-                ..Default::default()
-            },
-            ..Default::default()
-        })
-    }
-
-    fn version(obj: &ConfigMap) -> u64 {
-        obj.metadata
-            .resource_version
-            .as_deref()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    }
-
-    fn name_at(obj: &ConfigMap) -> String {
-        format!(
-            "{}@{}",
-            obj.metadata.name.as_deref().unwrap_or("?"),
-            version(obj)
-        )
-    }
-
-    /// A delta as text: `Added foo@2`, `Deleted foo@2`, `Deleted DFSU(foo, foo@2)`.
-    fn show(d: &Delta<ConfigMap>) -> String {
-        match d {
-            Delta::Deleted(DeletedObject::Unknown(t)) => format!(
-                "Deleted DFSU({}, {})",
-                t.key,
-                t.last_known.as_deref().map_or("nil".to_owned(), name_at)
-            ),
-            Delta::Deleted(DeletedObject::Final(obj)) => format!("Deleted {}", name_at(obj)),
-            other => format!(
-                "{:?} {}",
-                other.delta_type(),
-                other.object().map_or("nil".to_owned(), |o| name_at(o))
-            ),
-        }
-    }
-
-    fn shows(deltas: &[Delta<ConfigMap>]) -> Vec<String> {
-        deltas.iter().map(show).collect()
-    }
 
     /// Pops one item, marks it done, and returns its deltas as text.
     fn pop_one(q: &mut DeltaQueue<ConfigMap>) -> Vec<String> {
@@ -594,15 +399,15 @@ mod tests {
         let batch = q.pop_batch(10_000);
         assert_eq!(batch.len(), 10_000);
         q.release_idle_memory();
-        assert!(q.in_flight.capacity() >= 10_000, "in flight: kept");
+        assert!(q.in_flight.key_capacity() >= 10_000, "in flight: kept");
         for p in &batch {
             q.done(&p.receipt);
         }
         q.release_idle_memory();
         assert!(q.items.capacity() <= 4096, "{}", q.items.capacity());
         assert!(q.queue.capacity() <= 4096);
-        assert!(q.in_flight.capacity() <= 4096);
-        assert!(q.outstanding.capacity() <= 4096);
+        assert!(q.in_flight.key_capacity() <= 4096);
+        assert!(q.in_flight.receipt_capacity() <= 4096);
         assert!(q.has_synced());
         // Still a working queue.
         q.add(o("late", 2), &()).unwrap();
@@ -613,29 +418,6 @@ mod tests {
         DeltaQueue::new(DeltaQueueOptions {
             emit_replaced: false,
         })
-    }
-
-    /// A fixed list of known objects (client-go's `literalListerGetter`).
-    struct Listed(Vec<Arc<ConfigMap>>);
-
-    impl KnownObjects<ConfigMap> for Listed {
-        fn known_keys(&self) -> Vec<ObjectKey> {
-            self.0
-                .iter()
-                .filter_map(|o| ObjectKey::of(&**o).ok())
-                .collect()
-        }
-
-        fn known_object(&self, key: &ObjectKey) -> Option<Arc<ConfigMap>> {
-            self.0
-                .iter()
-                .find(|o| ObjectKey::of(&***o).is_ok_and(|k| &k == key))
-                .cloned()
-        }
-    }
-
-    fn strs(v: &[&str]) -> Vec<String> {
-        v.iter().map(|s| s.to_string()).collect()
     }
 
     // ---- spec 3.1 scenarios -------------------------------------------------
@@ -1006,17 +788,8 @@ mod tests {
         assert_eq!(q.pop().unwrap().key.as_str(), "C");
 
         // Deltas{DFSU(D, nil)}: a known key whose object vanished.
-        struct KeyOnly;
-        impl KnownObjects<ConfigMap> for KeyOnly {
-            fn known_keys(&self) -> Vec<ObjectKey> {
-                vec!["D".into()]
-            }
-            fn known_object(&self, _: &ObjectKey) -> Option<Arc<ConfigMap>> {
-                None
-            }
-        }
         let mut q = queue();
-        q.replace(vec![], &KeyOnly).unwrap();
+        q.replace(vec![], &KeyOnly("D")).unwrap();
         let p = q.pop().unwrap();
         assert_eq!(p.key.as_str(), "D");
         assert_eq!(shows(&p.deltas), ["Deleted DFSU(D, nil)"]);
@@ -1348,36 +1121,14 @@ mod tests {
     }
 }
 
-/// Property tests: the queue and the cache together against a model server.
+/// DF-T1 as a property test.
 #[cfg(test)]
 mod properties {
-    use std::collections::{BTreeMap, HashMap, VecDeque};
-
     use k8s_openapi::api::core::v1::ConfigMap;
-    use kube::api::ObjectMeta;
     use proptest::prelude::*;
 
+    use super::super::scenario::{o, version};
     use super::*;
-    use crate::indexer::Cache;
-
-    fn o(name: &str, v: u64) -> Arc<ConfigMap> {
-        Arc::new(ConfigMap {
-            metadata: ObjectMeta {
-                name: Some(name.to_owned()),
-                resource_version: Some(v.to_string()),
-                ..Default::default()
-            },
-            ..Default::default()
-        })
-    }
-
-    fn version(obj: &ConfigMap) -> u64 {
-        obj.metadata
-            .resource_version
-            .as_deref()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    }
 
     /// DF-T1 (`TestDeltaFIFO_basic`): two producers each add 500 distinct
     /// keys with increasing values, interleaved at random with pops of random
@@ -1432,210 +1183,6 @@ mod properties {
                 }
                 prop_assert!(q.is_empty() && q.in_flight() == 0);
             }
-        }
-    }
-
-    /// One step of the model world.
-    #[derive(Debug, Clone)]
-    enum Op {
-        /// Create the object (absent), or update / delete it (present).
-        Write { key: u8, delete: bool },
-        /// The watch breaks: later server writes are missed.
-        Disconnect,
-        /// The watch is back after a relist: `replace` with the server state.
-        Reconnect,
-        /// A periodic resync against the cache.
-        Resync,
-        /// The consumer pops a batch (it is applied later).
-        Pop(usize),
-        /// The consumer applies its oldest popped items and reports them done.
-        Apply(usize),
-    }
-
-    fn op() -> impl Strategy<Value = Op> {
-        prop_oneof![
-            8 => (0u8..5, any::<bool>()).prop_map(|(key, delete)| Op::Write { key, delete }),
-            1 => Just(Op::Disconnect),
-            1 => Just(Op::Reconnect),
-            1 => Just(Op::Resync),
-            3 => (1usize..5).prop_map(Op::Pop),
-            3 => (1usize..5).prop_map(Op::Apply),
-        ]
-    }
-
-    /// The model: a server, the queue, the cache, and an observer that
-    /// rebuilds the state from the popped deltas alone.
-    struct World {
-        server: BTreeMap<String, u64>,
-        rv: u64,
-        connected: bool,
-        queue: DeltaQueue<ConfigMap>,
-        cache: Cache<ConfigMap>,
-        popped: VecDeque<Popped<ConfigMap>>,
-        observer: BTreeMap<String, u64>,
-        newest_seen: HashMap<String, u64>,
-    }
-
-    impl World {
-        fn new(initial: &[bool]) -> Self {
-            let mut w = World {
-                server: BTreeMap::new(),
-                rv: 0,
-                connected: true,
-                queue: DeltaQueue::new(DeltaQueueOptions::default()),
-                cache: Cache::new(),
-                popped: VecDeque::new(),
-                observer: BTreeMap::new(),
-                newest_seen: HashMap::new(),
-            };
-            for (i, &present) in initial.iter().enumerate() {
-                if present {
-                    w.rv += 1;
-                    w.server.insert(format!("k{i}"), w.rv);
-                }
-            }
-            w.relist();
-            w
-        }
-
-        fn relist(&mut self) {
-            let list = self.server.iter().map(|(k, &v)| o(k, v)).collect();
-            self.queue.replace(list, &self.cache).unwrap();
-        }
-
-        fn step(&mut self, op: &Op) -> Result<(), TestCaseError> {
-            match *op {
-                Op::Write { key, delete } => {
-                    let name = format!("k{key}");
-                    self.rv += 1;
-                    let obj = o(&name, self.rv);
-                    match self.server.get(&name) {
-                        None => {
-                            self.server.insert(name, self.rv);
-                            if self.connected {
-                                self.queue.add(obj, &self.cache).unwrap();
-                            }
-                        }
-                        Some(_) if delete => {
-                            self.server.remove(&name);
-                            if self.connected {
-                                self.queue.delete(obj, &self.cache).unwrap();
-                            }
-                        }
-                        Some(_) => {
-                            self.server.insert(name, self.rv);
-                            if self.connected {
-                                self.queue.update(obj, &self.cache).unwrap();
-                            }
-                        }
-                    }
-                }
-                Op::Disconnect => self.connected = false,
-                Op::Reconnect => {
-                    if !self.connected {
-                        self.connected = true;
-                        self.relist();
-                    }
-                }
-                Op::Resync => self.queue.resync(&self.cache),
-                Op::Pop(n) => {
-                    for p in self.queue.pop_batch(n) {
-                        self.observe(&p)?;
-                        self.popped.push_back(p);
-                    }
-                }
-                Op::Apply(n) => {
-                    for _ in 0..n {
-                        let Some(p) = self.popped.pop_front() else {
-                            break;
-                        };
-                        for d in &p.deltas {
-                            match d {
-                                Delta::Deleted(_) => {
-                                    self.cache.remove(&p.key);
-                                }
-                                other => {
-                                    let obj =
-                                        other.object().expect("non-delete deltas carry an object");
-                                    self.cache.upsert(p.key.clone(), obj.clone());
-                                }
-                            }
-                        }
-                        self.queue.done(&p.receipt);
-                    }
-                }
-            }
-            // HasSynced only once every initial item has been applied.
-            if self.queue.has_synced() {
-                prop_assert!(self.popped.iter().all(|p| !p.is_in_initial_list));
-            }
-            Ok(())
-        }
-
-        /// The observer rebuilds the state from the deltas, which must never
-        /// go back in time nor delete what the observer does not have.
-        fn observe(&mut self, p: &Popped<ConfigMap>) -> Result<(), TestCaseError> {
-            prop_assert!(!p.deltas.is_empty());
-            let key = p.key.to_string();
-            for d in &p.deltas {
-                if let Some(obj) = d.object() {
-                    let v = version(obj);
-                    let newest = self.newest_seen.entry(key.clone()).or_insert(0);
-                    prop_assert!(v >= *newest, "{key}: {d:?} goes back from {newest}");
-                    *newest = v;
-                }
-                match d {
-                    Delta::Deleted(_) => {
-                        prop_assert!(
-                            self.observer.remove(&key).is_some(),
-                            "{key}: delete of an unknown object"
-                        );
-                    }
-                    other => {
-                        let obj = other.object().expect("non-delete deltas carry an object");
-                        self.observer.insert(key.clone(), version(obj));
-                    }
-                }
-            }
-            Ok(())
-        }
-
-        fn drain(&mut self) -> Result<(), TestCaseError> {
-            self.step(&Op::Reconnect)?;
-            while !self.queue.is_empty() || !self.popped.is_empty() {
-                self.step(&Op::Pop(3))?;
-                self.step(&Op::Apply(2))?;
-            }
-            Ok(())
-        }
-
-        fn cache_state(&self) -> BTreeMap<String, u64> {
-            self.cache
-                .list()
-                .iter()
-                .map(|o| (o.metadata.name.clone().unwrap_or_default(), version(o)))
-                .collect()
-        }
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(512))]
-        #[test]
-        fn queue_into_cache_converges_to_server_state(
-            initial in proptest::collection::vec(any::<bool>(), 5),
-            ops in proptest::collection::vec(op(), 0..120),
-        ) {
-            let mut w = World::new(&initial);
-            for op in &ops {
-                w.step(op)?;
-            }
-            w.drain()?;
-            prop_assert_eq!(&w.cache_state(), &w.server);
-            prop_assert_eq!(&w.observer, &w.server);
-            prop_assert!(w.queue.is_empty());
-            prop_assert_eq!(w.queue.in_flight(), 0);
-            prop_assert!(w.queue.in_flight.is_empty());
-            prop_assert!(w.queue.has_synced());
         }
     }
 }
