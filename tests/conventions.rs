@@ -953,7 +953,6 @@ fn cycles(graph: &BTreeMap<PathBuf, BTreeMap<PathBuf, Edge>>) -> Vec<Vec<PathBuf
 }
 
 #[test]
-#[ignore = "enabled once issue 20's restructuring merges"]
 fn no_import_cycle_between_files() {
     let mut problems = Vec::new();
     for root in CRATE_ROOTS {

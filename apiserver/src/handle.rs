@@ -9,10 +9,11 @@ use tokio::sync::watch;
 
 use crate::auth::{Auth, AuthConfig};
 use crate::config::ServerConfig;
+pub use crate::error::ServerError;
 use crate::faults::Faults;
 use crate::load::{ChurnHandle, ChurnSpec, seed_configmaps_fast, start_churn};
 use crate::object::ObjKey;
-use crate::persist::{DataDir, PersistError};
+use crate::persist::DataDir;
 use crate::registry::Registry;
 use crate::requests::Requests;
 use crate::selector::ObjectFilter;
@@ -20,35 +21,7 @@ use crate::server::{AppState, router};
 use crate::serving::{Control, ServeParts};
 use crate::status::ApiError;
 use crate::store::{DeletePreconditions, Store};
-use crate::tls::{TlsError, TlsState};
-
-/// Why a server could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum ServerError {
-    /// The listen address could not be bound.
-    #[error("cannot bind {addr}: {source}")]
-    Bind {
-        /// The address.
-        addr: SocketAddr,
-        /// The I/O error.
-        source: std::io::Error,
-    },
-    /// The dedicated runtime or thread could not be created.
-    #[error("cannot start the server runtime: {0}")]
-    Runtime(#[source] std::io::Error),
-    /// The server thread ended before reporting its address.
-    #[error("the server thread ended before it was ready")]
-    ThreadDied,
-    /// The TLS certificates could not be made or loaded.
-    #[error("TLS: {0}")]
-    Tls(#[from] TlsError),
-    /// The data directory could not be used.
-    #[error(transparent)]
-    Data(#[from] PersistError),
-    /// The server has stopped (a restart or command came too late).
-    #[error("the server has stopped")]
-    Stopped,
-}
+use crate::tls::TlsState;
 
 /// Entry points that start a server.
 #[derive(Debug)]

@@ -27,10 +27,10 @@ use std::sync::Arc;
 use std::sync::mpsc;
 
 use bytes::Bytes;
-use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::history::{Event, EventKind};
+use crate::journal::{Journal, Message};
 use crate::object::{ObjKey, ObjectRecord};
 use crate::store::Store;
 use crate::tls::CertificateAuthority;
@@ -303,64 +303,6 @@ fn load(dir: &Path) -> Result<Loaded, PersistError> {
     })
 }
 
-enum Message {
-    Event {
-        group: String,
-        resource: String,
-        event: Arc<Event>,
-    },
-    /// Flush and fsync, then answer.
-    Sync(mpsc::Sender<()>),
-    /// Flush, fsync, release the directory and end.
-    Close(mpsc::Sender<()>),
-}
-
-/// The store's side of the log writer: commits send their events here.
-#[derive(Debug)]
-pub struct Journal {
-    tx: Mutex<Option<mpsc::Sender<Message>>>,
-}
-
-impl Journal {
-    /// Queue a committed write (called under the store's lock: never blocks).
-    pub(crate) fn append(&self, group: &str, resource: &str, event: &Arc<Event>) {
-        if let Some(tx) = self.tx.lock().as_ref() {
-            let sent = tx.send(Message::Event {
-                group: group.to_string(),
-                resource: resource.to_string(),
-                event: event.clone(),
-            });
-            if sent.is_err() {
-                tracing::error!("the data dir writer has stopped; this write is not persisted");
-            }
-        }
-    }
-
-    fn call(&self, make: impl FnOnce(mpsc::Sender<()>) -> Message, close: bool) {
-        let tx = if close {
-            self.tx.lock().take()
-        } else {
-            self.tx.lock().clone()
-        };
-        if let Some(tx) = tx {
-            let (ack_tx, ack_rx) = mpsc::channel();
-            if tx.send(make(ack_tx)).is_ok() {
-                let _ = ack_rx.recv();
-            }
-        }
-    }
-
-    /// Wait until every write queued so far is on disk.
-    pub fn sync(&self) {
-        self.call(Message::Sync, false);
-    }
-
-    /// Write what is queued, release the directory and stop persisting.
-    pub fn close(&self) {
-        self.call(Message::Close, true);
-    }
-}
-
 /// An open data directory: loaded, locked, and ready to persist a store's writes.
 #[derive(Debug)]
 pub struct DataDir {
@@ -516,9 +458,7 @@ impl DataDir {
             .name("kinformer-apiserver-data".into())
             .spawn(move || writer.run(rx))
             .map_err(io_err(Path::new("writer thread")))?;
-        store.set_journal(Journal {
-            tx: Mutex::new(Some(tx)),
-        });
+        store.set_journal(Journal::new(tx));
         Ok(())
     }
 }

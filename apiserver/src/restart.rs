@@ -5,16 +5,11 @@
 //! (it starts again at etcd's current revision, so a watch from an older resourceVersion
 //! answers 410), which is the default here; `keep_history` keeps the history so old
 //! resourceVersions resume. An outage can be held for a duration (driven by tokio's clock,
-//! so paused tests skip it) or until [`ServerHandle::start_serving`].
+//! so paused tests skip it) or until [`ServerHandle::start_serving`](crate::ServerHandle::start_serving).
 
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::oneshot;
-
-use crate::handle::{ServerError, ServerHandle};
-use crate::requests::Requests;
-use crate::serving::{Command, Phase, ServingState};
 
 /// How open connections end when the server goes down.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,7 +42,7 @@ pub struct RestartOptions {
     /// Keep the watch history, so watches and Exact lists from older resourceVersions
     /// still resume. Default false, as a real apiserver: they get 410 after the restart.
     pub keep_history: bool,
-    /// How long to stay down before serving again ([`ServerHandle::restart`] only).
+    /// How long to stay down before serving again ([`ServerHandle::restart`](crate::ServerHandle::restart) only).
     #[serde(with = "millis", rename = "downForMillis")]
     pub down_for: Duration,
     /// How open connections end.
@@ -92,67 +87,6 @@ impl RestartOptions {
     pub fn while_down(mut self, while_down: DownMode) -> Self {
         self.while_down = while_down;
         self
-    }
-}
-
-impl ServerHandle {
-    async fn command(
-        &self,
-        make: impl FnOnce(oneshot::Sender<Result<(), ServerError>>) -> Command,
-    ) -> Result<(), ServerError> {
-        let (tx, rx) = oneshot::channel();
-        self.control().send(make(tx))?;
-        rx.await.map_err(|_| ServerError::Stopped)?
-    }
-
-    /// Restart: close every connection, stay down for `options.down_for`, then serve again
-    /// on the same address with the same objects and resourceVersions. Returns once the
-    /// server serves again (or could not listen again).
-    ///
-    /// Runs on the server's runtime, so it can be awaited from any runtime; under paused
-    /// time (a server started with [`ApiServer::start`](crate::ApiServer::start) on a paused
-    /// runtime) the outage passes without waiting.
-    pub async fn restart(&self, options: RestartOptions) -> Result<(), ServerError> {
-        self.command(|done| Command::Down {
-            options,
-            exempt: None,
-            auto_up: true,
-            done: Some(done),
-        })
-        .await
-    }
-
-    /// Go down (as [`restart`](Self::restart) does) and stay down until
-    /// [`start_serving`](Self::start_serving); `options.down_for` is ignored. Returns once
-    /// every connection is closed.
-    pub async fn stop_serving(&self, options: RestartOptions) -> Result<(), ServerError> {
-        self.command(|done| Command::Down {
-            options,
-            exempt: None,
-            auto_up: false,
-            done: Some(done),
-        })
-        .await
-    }
-
-    /// Serve again after [`stop_serving`](Self::stop_serving) (no-op while serving).
-    pub async fn start_serving(&self) -> Result<(), ServerError> {
-        self.command(|done| Command::Up { done: Some(done) }).await
-    }
-
-    /// Whether the server is serving now.
-    pub fn is_serving(&self) -> bool {
-        self.serving_state().phase == Phase::Serving
-    }
-
-    /// The phase and the number of restarts completed.
-    pub fn serving_state(&self) -> ServingState {
-        self.control().state()
-    }
-
-    /// The log of answered requests and accepted or reset connections.
-    pub fn requests(&self) -> Requests {
-        self.request_log().clone()
     }
 }
 

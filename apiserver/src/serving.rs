@@ -30,7 +30,7 @@ use tokio::time::Instant;
 use tower::ServiceExt as _;
 
 use crate::auth::{Auth, UserInfo};
-use crate::handle::ServerError;
+use crate::error::ServerError;
 use crate::request_info::RequestInfo;
 use crate::requests::{RequestRecord, Requests};
 use crate::restart::{CloseMode, DownMode, RestartOptions};

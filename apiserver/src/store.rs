@@ -129,7 +129,7 @@ pub struct Store {
     registry: RwLock<Arc<Registry>>,
     pub(crate) inner: Mutex<Inner>,
     /// Where committed writes are persisted, when the server has a data directory.
-    journal: std::sync::OnceLock<crate::persist::Journal>,
+    journal: std::sync::OnceLock<crate::journal::Journal>,
     rv_tx: tokio::sync::watch::Sender<u64>,
     watch_buffer: usize,
     next_watcher: AtomicU64,
@@ -606,7 +606,7 @@ impl Store {
     }
 
     /// Persist every write committed from now on.
-    pub(crate) fn set_journal(&self, journal: crate::persist::Journal) {
+    pub(crate) fn set_journal(&self, journal: crate::journal::Journal) {
         if self.journal.set(journal).is_err() {
             tracing::error!("the store already persists to a data dir");
         }
