@@ -5,26 +5,24 @@
 //! [`Cache::remove`] of a missing key is a no-op; **IDX-4** `get`, `list`,
 //! `keys`, in no set order; **IDX-5** [`Cache::replace`] is atomic, a later
 //! duplicate key wins, every index is rebuilt; **IDX-6** an index maps value
-//! to keys, updates move a key between values, empty value sets are removed;
-//! **IDX-7**–**IDX-9** [`CacheView::index`], [`CacheView::by_index`],
-//! [`CacheView::index_keys`], [`CacheView::list_index_values`]; **IDX-10**
-//! [`Cache::add_index`] indexes the stored objects at once, a name conflict is
-//! an error; **IDX-13** objects are shared `Arc`s, to be treated as immutable.
+//! to keys, empty value sets are removed; **IDX-7**–**IDX-9**
+//! [`CacheView::index`], [`CacheView::by_index`], [`CacheView::index_keys`],
+//! [`CacheView::list_index_values`]; **IDX-10** [`Cache::add_index`] indexes
+//! stored objects at once, a name conflict is an error; **IDX-13** objects
+//! are shared `Arc`s, to be treated as immutable.
 //!
 //! Deviations: a failing index function is an [`IndexError`] value, not a
 //! panic (the object is stored, under no value of that index); no key
-//! function, transformer or resourceVersion here (IDX-1, IDX-2, IDX-11: the
-//! DeltaQueue computes keys, objects are transformed at decode, the Reflector
-//! tracks versions); no transactions (IDX-12): the single writer applies a
-//! batch and [`publish`](Cache::publish)es once, so readers never see half a
-//! batch; `index`, `by_index` and `list_index_values` are sorted.
+//! function, transformer or resourceVersion here (IDX-1, IDX-2, IDX-11); no
+//! transactions (IDX-12): the one writer [`publish`](Cache::publish)es once
+//! per batch, so readers never see half a batch; `index`, `by_index` and
+//! `list_index_values` are sorted.
 //!
-//! Reads live on [`CacheView`]; [`Cache`] (the writer's current state) and
-//! [`Snapshot`] (a published state) reach them through `Deref`. The state is
-//! in persistent maps (`imbl`): [`Cache::publish`] stores an O(1) copy in an
-//! [`ArcSwap`] that a [`CacheReader`] loads from any thread without blocking
-//! the writer, ~1000× cheaper than cloning a std map per publish at 100k
-//! objects (BENCHMARKS.md, "Informer core"); the price is paid on reads.
+//! Reads live on [`CacheView`], which [`Cache`] (the writer's state) and
+//! [`Snapshot`] (a published one) deref to. A publish stores an O(1) copy of
+//! the persistent maps (`imbl`) in an [`ArcSwap`] that a [`CacheReader`] loads
+//! from any thread: ~1000× cheaper than cloning a std map per publish at 100k
+//! objects, paid on reads (BENCHMARKS.md, "Informer core").
 
 use std::borrow::Borrow;
 use std::collections::BTreeMap;
