@@ -1,65 +1,28 @@
 //! The Indexer's cache: a keyed store of shared objects plus named secondary
 //! indexes, readable from other threads without blocking the writer.
 //!
-//! # Rules implemented (spec section 1.2)
+//! Rules (spec 1.2): **IDX-2** [`Cache::upsert`] adds or updates; **IDX-3**
+//! [`Cache::remove`] of a missing key is a no-op; **IDX-4** `get`, `list`,
+//! `keys`, in no set order; **IDX-5** [`Cache::replace`] is atomic, a later
+//! duplicate key wins, every index is rebuilt; **IDX-6** an index maps value
+//! to keys, empty value sets are removed; **IDX-7**–**IDX-9**
+//! [`CacheView::index`], [`CacheView::by_index`], [`CacheView::index_keys`],
+//! [`CacheView::list_index_values`]; **IDX-10** [`Cache::add_index`] indexes
+//! stored objects at once, a name conflict is an error; **IDX-13** objects
+//! are shared `Arc`s, to be treated as immutable.
 //!
-//! * **IDX-2** [`Cache::upsert`]: add and update are the same operation.
-//! * **IDX-3** [`Cache::remove`]: a missing key is a silent no-op.
-//! * **IDX-4** `get` / `list` / `keys`; list order is unspecified.
-//! * **IDX-5** [`Cache::replace`]: atomic; a later duplicate key wins; every
-//!   index is rebuilt from scratch.
-//! * **IDX-6** indices are `index name → value → set of keys`; an update
-//!   removes the key from every old value and adds it to every new one (with
-//!   the single-equal-value shortcut); **empty value sets are removed**;
-//!   duplicate values from one call are harmless.
-//! * **IDX-7** [`CacheView::index`], **IDX-8** [`CacheView::by_index`] and
-//!   [`CacheView::index_keys`] (keys sorted), **IDX-9**
-//!   [`CacheView::list_index_values`] (an unknown index gives an empty list).
-//! * **IDX-10** [`Cache::add_index`]: a name conflict is an error; existing
-//!   objects are indexed at once, at any time.
-//! * **IDX-13** objects are shared `Arc`s, never deep copies; callers must
-//!   treat them as immutable.
+//! Deviations: a failing index function is an [`IndexError`] value, not a
+//! panic (the object is stored, under no value of that index); no key
+//! function, transformer or resourceVersion here (IDX-1, IDX-2, IDX-11); no
+//! transactions (IDX-12): the one writer [`publish`](Cache::publish)es once
+//! per batch, so readers never see half a batch; `index`, `by_index` and
+//! `list_index_values` are sorted.
 //!
-//! # Deliberate deviations
-//!
-//! * **An index function that fails is an error value, not a panic** (IDX-6
-//!   panics). The object is still stored (the cache must equal the server's
-//!   state), the key is indexed under no value of the failing index, and the
-//!   [`IndexError`] is returned for the caller to log or count. Index functions
-//!   must be pure: the values of an old object are recomputed to unindex it,
-//!   as in client-go.
-//! * **No key function and no transformer in the store** (IDX-1, IDX-2):
-//!   the caller passes the key (the DeltaQueue computed it) and objects are
-//!   transformed once, at decode time.
-//! * **No resourceVersion tracking** (IDX-11, T-T4): that is the Reflector's
-//!   job in kinformer; the store only holds objects.
-//! * **No transactions** (IDX-12, so S-T4 is not ported): the single writer
-//!   applies a popped batch and then [`publish`](Cache::publish)es once,
-//!   which is what a transaction buys client-go (readers never see half a
-//!   batch). Keys are computed by the caller, so there is no per-item key
-//!   failure to collect either.
-//! * **Deterministic order where client-go has none**: `index` and
-//!   `by_index` return objects sorted by key, `list_index_values` is sorted.
-//!
-//! Reads are implemented once, on [`CacheView`]; [`Cache`] (the writer's
-//! current state) and [`Snapshot`] (a published, immutable state) reach them
-//! through `Deref`.
-//!
-//! # Concurrency: one writer, lock-free readers
-//!
-//! The state lives in persistent maps (`imbl`), so a copy of the whole cache
-//! is O(number of indexes) and shares structure with the writer's copy.
-//! [`Cache::publish`] stores such a copy in an [`ArcSwap`]; a [`CacheReader`]
-//! on any thread loads the last published [`Snapshot`] without ever blocking
-//! the writer or being blocked by it. Chosen by measurement
-//! (`cargo bench -p kinformer-actors --bench core`, group `publish_100k`, see
-//! BENCHMARKS.md; 2-core AMD EPYC VM): at 100k objects with 2 indexes, one
-//! upsert + publish + reader snapshot + get costs about 4 µs (a bare publish
-//! about 0.12 µs), against about 4.5 ms when the writer clones a
-//! `std::collections::HashMap` of the items alone for every publish: three
-//! orders of magnitude. A `RwLock` around a std map would instead make the
-//! writer wait for every reader. The price is on reads: `get` takes about
-//! 25 ns and `by_index` about 65 ns per returned object.
+//! Reads live on [`CacheView`], which [`Cache`] (the writer's state) and
+//! [`Snapshot`] (a published one) deref to. A publish stores an O(1) copy of
+//! the persistent maps (`imbl`) in an [`ArcSwap`] that a [`CacheReader`] loads
+//! from any thread: ~1000× cheaper than cloning a std map per publish at 100k
+//! objects, paid on reads (BENCHMARKS.md, "Informer core").
 
 use std::borrow::Borrow;
 use std::collections::BTreeMap;
@@ -291,9 +254,9 @@ impl<K> CacheView<K> {
     }
 
     /// Every key of this state, produced as the iterator advances, so a
-    /// caller can spread the work: listing 100k keys at once takes 7–14 ms
-    /// (measured), which a resync sweep or a replay must not hold the
-    /// Indexer's thread for. Taking it is O(1); it keeps this state's map
+    /// caller can spread the work: a resync sweep or a replay must not hold
+    /// the Indexer's thread for the whole list (7–14 ms at 100k keys,
+    /// BENCHMARKS.md, "Resync sweeps: what was tried"). Taking it is O(1); it keeps this state's map
     /// alive until it is dropped or exhausted.
     pub fn keys_lazily(&self) -> LazyKeys<K> {
         LazyKeys(self.entries_lazily())

@@ -3,17 +3,29 @@
 //!
 //! - [`cache`]: the cache and its indexes ([`Cache`]), its published
 //!   [`Snapshot`]s and the [`CacheReader`] any thread reads them through.
-//! - [`actor`]: the actor that owns the cache ([`Indexer`]).
+//! - [`actor`]: the actor that owns the cache ([`Indexer`]), a shell over
+//!   pure parts: `apply` (deltas to cache writes and events with their
+//!   cause), `distribution` (a batch's hand-out, a chunk at a time) and
+//!   `sweeps` (the resync sweeps' schedule, over `key_list`); `outlets`
+//!   holds the listeners' addresses and credits.
 //! - [`messages`]: what the actor takes ([`Process`], [`FifoSynced`],
 //!   [`Subscribe`], [`Unsubscribe`], [`ListenerStopped`], [`ResyncDue`]).
+//! - [`stats`]: its live counters ([`IndexerStats`]).
 
 pub mod actor;
+mod apply;
 pub mod cache;
+mod distribution;
+mod key_list;
 pub mod messages;
+mod outlets;
+pub mod stats;
+mod sweeps;
 
-pub use actor::{Indexer, IndexerStats};
+pub use actor::Indexer;
 pub use cache::{
     Cache, CacheError, CacheReader, CacheView, IndexError, IndexFn, LazyEntries, LazyKeys,
     Snapshot, Upserted,
 };
 pub use messages::{FifoSynced, ListenerStopped, Process, ResyncDue, Subscribe, Unsubscribe};
+pub use stats::IndexerStats;
