@@ -56,11 +56,11 @@ fn now() -> std::time::Instant {
 }
 
 /// Sends held answers.
+#[inline]
 fn answer(answers: Answers<Reply>) {
-    let outcome = answers.outcome;
-    for reply in answers {
+    answers.send(|reply, outcome| {
         let _ = reply.send(outcome);
-    }
+    });
 }
 
 /// An answer that comes once the delivery releases what `hold` hands it.

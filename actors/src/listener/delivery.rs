@@ -58,6 +58,7 @@ pub struct Answers<R> {
 }
 
 impl<R> Answers<R> {
+    #[inline]
     fn ok(delivery: Option<R>, resync: Option<R>) -> Self {
         Answers {
             outcome: Ok(()),
@@ -66,12 +67,17 @@ impl<R> Answers<R> {
     }
 }
 
-impl<R> IntoIterator for Answers<R> {
-    type Item = R;
-    type IntoIter = std::iter::Flatten<std::array::IntoIter<Option<R>, 2>>;
-
-    fn into_iter(self) -> Self::IntoIter {
-        self.replies.into_iter().flatten()
+impl<R> Answers<R> {
+    /// Calls `send` with each reply and the outcome.
+    #[inline]
+    pub fn send(self, mut send: impl FnMut(R, Result<(), ListenerGone>)) {
+        let [first, second] = self.replies;
+        if let Some(reply) = first {
+            send(reply, self.outcome);
+        }
+        if let Some(reply) = second {
+            send(reply, self.outcome);
+        }
     }
 }
 
@@ -153,7 +159,7 @@ impl<K, R> Delivery<K, R> {
         let most = self.window.next_call_max();
         let mut sent = Sent::default();
         while sent.events < most {
-            let Some(event) = self.pending.next() else {
+            let Some(event) = self.pending.pop() else {
                 break;
             };
             sent.count(&event);
@@ -169,6 +175,10 @@ impl<K, R> Delivery<K, R> {
     /// After one or more calls were sent: the room they made takes parked
     /// events; the answers that waited for that room go now.
     pub fn sent_calls(&mut self) -> Answers<R> {
+        if self.held_delivery.is_none() && self.held_resync.is_none() {
+            self.pending.refill();
+            return Answers::ok(None, None);
+        }
         let resync = self.release_resync_if_low();
         self.pending.refill();
         let resync = resync.or_else(|| self.release_resync_if_low());
@@ -335,9 +345,7 @@ mod tests {
         }
 
         fn answer(&mut self, answers: Answers<&'static str>) {
-            let outcome = answers.outcome;
-            self.answered
-                .extend(answers.into_iter().map(|r| (r, outcome)));
+            answers.send(|reply, outcome| self.answered.push((reply, outcome)));
         }
 
         fn pump(&mut self) {
@@ -660,7 +668,8 @@ mod tests {
         assert_eq!(l.answered, vec![]);
         let answers = l.d.stop();
         assert_eq!(answers.outcome, Err(ListenerGone));
-        let mut replies: Vec<_> = answers.into_iter().collect();
+        let mut replies = Vec::new();
+        answers.send(|reply, _| replies.push(reply));
         replies.sort();
         assert_eq!(replies, ["parked", "sweep"]);
         assert!(l.d.is_stopped());

@@ -113,7 +113,8 @@ impl<K> Pending<K> {
     }
 
     /// The next notification for the subscriber, in the order of the module doc.
-    pub fn next(&mut self) -> Option<Event<K>> {
+    #[inline]
+    pub fn pop(&mut self) -> Option<Event<K>> {
         if let Some(event) = self.next_replayed() {
             return Some(event);
         }
@@ -230,7 +231,7 @@ mod tests {
 
     /// Key, cause and state of each event, as the subscriber would see them.
     fn drain(p: &mut Pending<u32>) -> Vec<(String, Cause, u32)> {
-        std::iter::from_fn(|| p.next())
+        std::iter::from_fn(|| p.pop())
             .map(|e| (e.key().to_string(), e.cause(), **e.object().unwrap()))
             .collect()
     }
@@ -293,7 +294,7 @@ mod tests {
         assert!(p.has_parked());
         assert_eq!(p.room(), 0);
         let mut got = Vec::new();
-        while let Some(e) = p.next() {
+        while let Some(e) = p.pop() {
             got.push(e.key().to_string());
             p.refill();
             if p.has_parked() {
@@ -377,6 +378,6 @@ mod tests {
         p.clear();
         assert!(p.is_empty());
         assert_eq!(p.len(), 0);
-        assert!(p.next().is_none());
+        assert!(p.pop().is_none());
     }
 }

@@ -114,6 +114,7 @@ impl<K: Send + Sync + 'static> Calls<K> {
 
     /// The outcome of the oldest call once it returned; `None` when none is
     /// in flight (the awaiting future ends).
+    #[inline]
     pub(super) fn poll_returned(
         &mut self,
         task: &mut task::Context<'_>,

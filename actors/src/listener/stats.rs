@@ -63,6 +63,7 @@ impl SyncedChannel {
     }
 
     /// Reports `synced` unless it was reported already.
+    #[inline]
     pub(super) fn set(&self, synced: bool) {
         if self.sent.get() != synced {
             self.tx.send_replace(synced);

@@ -53,6 +53,7 @@ impl Window {
     }
 
     /// Most events the next call may carry; 0 while the window is full.
+    #[inline]
     pub fn next_call_max(&self) -> usize {
         match self.shape {
             CallShape::Events { depth } => (depth - self.events).min(depth.div_ceil(2)),
@@ -62,28 +63,33 @@ impl Window {
     }
 
     /// A call of `events` events (at least 1, at most [`Window::next_call_max`]) was sent.
+    #[inline]
     pub fn sent(&mut self, events: usize) {
         self.events += events;
         self.calls += 1;
     }
 
     /// A call of `events` events returned.
+    #[inline]
     pub fn returned(&mut self, events: usize) {
         self.events = self.events.saturating_sub(events);
         self.calls = self.calls.saturating_sub(1);
     }
 
     /// Events sent and not yet handled.
+    #[inline]
     pub fn in_flight_events(&self) -> usize {
         self.events
     }
 
     /// True when no call is in flight.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.calls == 0
     }
 
     /// The shape of the calls.
+    #[inline]
     pub fn shape(&self) -> CallShape {
         self.shape
     }
