@@ -1,5 +1,6 @@
-//! Listener queue throughput: coalescing many notifications over few keys,
-//! and the plain bounded FIFO.
+//! Listener throughput: the queue alone (coalescing many notifications over
+//! few keys, the plain bounded FIFO), and the fan-out path through listener
+//! actors to 1, 10 and 100 subscribers in each delivery mode.
 //!
 //! Run: `cargo bench -p kinformer-actors --bench listener`
 
@@ -7,10 +8,15 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Duration;
 
-use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use actix::prelude::*;
+use criterion::{BatchSize, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
+use futures::channel::oneshot;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kinformer_actors::listener::{ListenerQueue, OverflowPolicy};
-use kinformer_actors::{Cause, DeletedObject, Event, ObjectKey};
+use kinformer_actors::listener::{
+    CreditLine, Deliver, Listener, ListenerOptions, ListenerQueue, ListenerStats, OverflowPolicy,
+    Target,
+};
+use kinformer_actors::{Cause, DeletedObject, Event, EventBatch, ObjectKey, SubscriberId};
 use kube::api::ObjectMeta;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -213,5 +219,176 @@ fn bench_listener_queue(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_listener_queue);
+/// Deliveries per fan-out run, spread over the subscribers.
+const FANOUT_DELIVERIES: usize = 50_000;
+
+/// Events per `Deliver`, as the Indexer chunks them.
+const FANOUT_CHUNK: usize = 256;
+
+#[derive(Clone, Copy)]
+enum Mode {
+    Each,
+    Pipelined,
+    Batches,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Each => "each",
+            Mode::Pipelined => "pipelined_8",
+            Mode::Batches => "batches_256",
+        }
+    }
+}
+
+/// A subscriber that counts what it handled and reports once it has all.
+struct Counter {
+    seen: usize,
+    want: usize,
+    done: Option<oneshot::Sender<()>>,
+}
+
+impl Counter {
+    fn took(&mut self, n: usize) {
+        self.seen += n;
+        if self.seen >= self.want
+            && let Some(done) = self.done.take()
+        {
+            let _ = done.send(());
+        }
+    }
+}
+
+impl Actor for Counter {
+    type Context = Context<Self>;
+}
+
+impl Handler<Event<ConfigMap>> for Counter {
+    type Result = ();
+
+    fn handle(&mut self, e: Event<ConfigMap>, _: &mut Context<Self>) {
+        black_box(&e);
+        self.took(1);
+    }
+}
+
+impl Handler<EventBatch<ConfigMap>> for Counter {
+    type Result = ();
+
+    fn handle(&mut self, b: EventBatch<ConfigMap>, _: &mut Context<Self>) {
+        black_box(&b);
+        self.took(b.0.len());
+    }
+}
+
+/// One fan-out run: `subscribers` Block listeners (capacity 1024, the
+/// default) each get `events` updates in chunks, sent as the Indexer sends
+/// them (unanswered within the listener's credit, else answered and awaited
+/// before the next chunk). Times from the first send until every subscriber
+/// handled its last event; starting and stopping the actors is not timed.
+async fn fanout_run(mode: Mode, subscribers: usize, events: &[Event<ConfigMap>]) -> Duration {
+    let mut outlets = Vec::with_capacity(subscribers);
+    let mut done = Vec::with_capacity(subscribers);
+    for i in 0..subscribers {
+        let (tx, rx) = oneshot::channel();
+        done.push(rx);
+        let counter = Counter {
+            seen: 0,
+            want: events.len(),
+            done: Some(tx),
+        }
+        .start();
+        let target = match mode {
+            Mode::Each => Target::Each(counter.clone().recipient()),
+            Mode::Pipelined => Target::Pipelined {
+                recipient: counter.clone().recipient(),
+                depth: 8,
+            },
+            Mode::Batches => Target::Batches {
+                recipient: counter.clone().recipient(),
+                max: 256,
+            },
+        };
+        let listener = Listener::new(
+            SubscriberId(i as u64),
+            target,
+            ListenerOptions {
+                policy: OverflowPolicy::Block,
+                capacity: 1024,
+            },
+            tokio::sync::watch::channel(false).0,
+            Arc::new(ListenerStats::default()),
+        );
+        let credit = CreditLine::new(listener.credit());
+        outlets.push((listener.start(), credit, counter));
+    }
+    // The chunks each listener gets, cloned up front (the Indexer's cost, not the listener's).
+    let mut chunks: Vec<Vec<Vec<Event<ConfigMap>>>> = outlets
+        .iter()
+        .map(|_| events.chunks(FANOUT_CHUNK).map(<[_]>::to_vec).collect())
+        .collect();
+    let start = std::time::Instant::now();
+    for c in 0..events.len().div_ceil(FANOUT_CHUNK) {
+        let mut answered = Vec::new();
+        for ((addr, credit, _), per_listener) in outlets.iter_mut().zip(chunks.iter_mut()) {
+            let chunk = std::mem::take(&mut per_listener[c]);
+            if credit.try_unanswered(chunk.len()) {
+                addr.do_send(Deliver(chunk));
+            } else {
+                credit.sent(chunk.len());
+                answered.push(addr.send(Deliver(chunk)));
+            }
+        }
+        for answer in futures::future::join_all(answered).await {
+            answer.expect("listener alive").expect("listener alive");
+        }
+    }
+    futures::future::join_all(done).await;
+    let elapsed = start.elapsed();
+    drop(outlets);
+    // Let the actors stop before the next run starts its clock.
+    actix::clock::sleep(Duration::from_millis(2)).await;
+    elapsed
+}
+
+fn bench_listener_fanout(c: &mut Criterion) {
+    let mut group = c.benchmark_group("listener_fanout");
+    group.sample_size(10);
+    group.sampling_mode(SamplingMode::Flat);
+    group.warm_up_time(Duration::from_millis(500));
+    group.measurement_time(Duration::from_secs(3));
+    group.throughput(Throughput::Elements(FANOUT_DELIVERIES as u64));
+    for subscribers in [1, 10, 100] {
+        let per_subscriber = FANOUT_DELIVERIES / subscribers;
+        let events: Vec<Event<ConfigMap>> = (0..per_subscriber)
+            .map(|i| {
+                let name = format!("cm-{}", i % KEYS);
+                Event::Updated {
+                    key: ObjectKey::new(Some("bench"), &name),
+                    old: object(&name, i as u64),
+                    new: object(&name, i as u64 + 1),
+                    cause: Cause::Watch,
+                }
+            })
+            .collect();
+        for mode in [Mode::Each, Mode::Pipelined, Mode::Batches] {
+            let name = format!("{}_{subscribers}_subscribers", mode.name());
+            group.bench_function(name, |b| {
+                b.iter_custom(|iters| {
+                    actix::System::new().block_on(async {
+                        let mut total = Duration::ZERO;
+                        for _ in 0..iters {
+                            total += fanout_run(mode, subscribers, &events).await;
+                        }
+                        total
+                    })
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_listener_queue, bench_listener_fanout);
 criterion_main!(benches);

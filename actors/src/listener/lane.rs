@@ -3,8 +3,8 @@
 //!
 //! A resync sweep replays the whole cache. Queued in line with real changes,
 //! a sweep of 100k objects put every real event behind hundreds of replays
-//! (measured: p99 of real events 14× its baseline during sweeps). In a lane of
-//! their own they never delay a real change. Per key, order must still hold:
+//! (p99 of real events 14× its baseline during sweeps, BENCHMARKS.md). In a
+//! lane of their own they never delay a real change. Per key, order must still hold:
 //! the subscriber may never see a state older than one it already saw. So
 //! when a real change for a key is queued while its resync waits here, the
 //! resync is brought up to that change's state (it goes out after it), and a

@@ -44,7 +44,7 @@ impl<K: 'static> Message for Replay<K> {
 /// [`ResyncLane`](super::ResyncLane), out of the way of real changes. The answer paces the
 /// sweep: it comes once the lane is down to [`RESYNC_LANE_LOW`], so a sweep
 /// advances at the pace its subscriber takes it (answering at once let a
-/// 100k-object sweep monopolise the thread: real events' p99 43× baseline).
+/// 100k-object sweep monopolise the thread: BENCHMARKS.md, workload 5).
 /// A subscriber that takes no resyncs for [`RESYNC_HOLD_MAX`] (busy with
 /// real changes, or stalled) answers anyway: its own sweep slows down, it
 /// never stops; its lane holds one resync per object at most.

@@ -23,29 +23,7 @@
 //!
 //! Per key, notifications are delivered in order, one at a time (SI-18), under
 //! both policies. The event carries its key ([`Event::key`]); it is never
-//! recomputed.
-//!
-//! # Coalesce merge table
-//!
-//! `pending` is what the queue holds for the key, `new` the pushed notification.
-//!
-//! | pending | + new | result |
-//! |---|---|---|
-//! | — | X | X |
-//! | `Added(a, c)` | `Updated(_, b, c2)` | `Added(b, c)` (the cause of the add is kept) |
-//! | `Added(a)` | `Deleted(d)` | nothing at all: the subscriber never saw the object. If the `Added` was initial, [`Pushed::dropped_initial`] counts it |
-//! | `Updated(o1, n1, c1)` | `Updated(_, n2, c2)` | `Updated(o1, n2, c)`: `c = c2`, unless `c2` is `Resync` and `c1` is not (a real change merged with a resync stays a real change: `c = c1`) |
-//! | `Updated(o1, _)` | `Deleted(d)` | `Deleted(d)` |
-//! | `Deleted(d)` | `Added(a)` | `[Deleted(d), Added(a)]`: two entries, a new object under the same key |
-//! | `[Deleted(d), Added(a)]` | `Updated(_, b)` | `[Deleted(d), Added(b)]` |
-//! | `[Deleted(d), Added(a)]` | `Deleted(d2)` | `Deleted(d2)` |
-//! | `Deleted(d)` | `Deleted(d2)` | `Deleted(d2)`, unless `d2` is a tombstone and `d` a final state: then `Deleted(d)` (the preference of DeltaFIFO DF-4) |
-//! | anything impossible (`Added + Added`, `Updated + Added`, `Deleted + Updated`, `[Deleted, Added] + Added`) | | the newer notification replaces the last pending one; never a panic, a `debug` log |
-//!
-//! Any `Added` that a merge discards and that was initial is reported in
-//! [`Pushed::dropped_initial`], so the listener can finish it in its
-//! [`SyncTracker`](super::SyncTracker) (HS-2): every initial add is either
-//! popped or reported dropped, exactly once.
+//! recomputed. How `Coalesce` merges: [`ListenerQueue`].
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
@@ -112,6 +90,28 @@ pub struct Pushed {
 }
 
 /// The pending notifications of one subscriber (see the module doc).
+///
+/// # Coalesce merge table
+///
+/// `pending` is what the queue holds for the key, `new` the pushed notification.
+///
+/// | pending | + new | result |
+/// |---|---|---|
+/// | — | X | X |
+/// | `Added(a, c)` | `Updated(_, b, c2)` | `Added(b, c)` (the cause of the add is kept) |
+/// | `Added(a)` | `Deleted(d)` | nothing at all: the subscriber never saw the object. If the `Added` was initial, [`Pushed::dropped_initial`] counts it |
+/// | `Updated(o1, n1, c1)` | `Updated(_, n2, c2)` | `Updated(o1, n2, c)`: `c = c2`, unless `c2` is `Resync` and `c1` is not (a real change merged with a resync stays a real change: `c = c1`) |
+/// | `Updated(o1, _)` | `Deleted(d)` | `Deleted(d)` |
+/// | `Deleted(d)` | `Added(a)` | `[Deleted(d), Added(a)]`: two entries, a new object under the same key |
+/// | `[Deleted(d), Added(a)]` | `Updated(_, b)` | `[Deleted(d), Added(b)]` |
+/// | `[Deleted(d), Added(a)]` | `Deleted(d2)` | `Deleted(d2)` |
+/// | `Deleted(d)` | `Deleted(d2)` | `Deleted(d2)`, unless `d2` is a tombstone and `d` a final state: then `Deleted(d)` (the preference of DeltaFIFO DF-4) |
+/// | anything impossible (`Added + Added`, `Updated + Added`, `Deleted + Updated`, `[Deleted, Added] + Added`) | | the newer notification replaces the last pending one; never a panic, a `debug` log |
+///
+/// Any `Added` that a merge discards and that was initial is reported in
+/// [`Pushed::dropped_initial`], so the listener can finish it in its
+/// [`SyncTracker`](super::SyncTracker) (HS-2): every initial add is either
+/// popped or reported dropped, exactly once.
 pub struct ListenerQueue<K> {
     policy: OverflowPolicy,
     capacity: usize,
@@ -264,7 +264,7 @@ impl<K> ListenerQueue<K> {
 
 /// The `Block` policy: a plain FIFO of every notification. It keeps no per-key
 /// table: hashing each key on push and pop was a fifth of the fan-out cost
-/// with 100 subscribers (perf), for a figure only diagnostics read
+/// with 100 subscribers (BENCHMARKS.md), for a figure only diagnostics read
 /// ([`ListenerQueue::pending_keys`] counts on demand instead).
 struct BlockQueue<K> {
     events: VecDeque<Event<K>>,

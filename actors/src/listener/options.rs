@@ -1,0 +1,49 @@
+//! What a subscription asks of its listener: where it delivers and how its
+//! queue overflows.
+
+use actix::prelude::*;
+
+use super::queue::OverflowPolicy;
+use crate::event::{Event, EventBatch};
+
+/// Options of one subscription that the listener enforces.
+#[derive(Debug, Clone, Copy)]
+pub struct ListenerOptions {
+    /// Block (bounded, back-pressure) or Coalesce (merge per key).
+    pub policy: OverflowPolicy,
+    /// Bound of a Block queue; allocation hint for Coalesce.
+    pub capacity: usize,
+}
+
+/// Where a listener delivers: one notification per handler call, or batches.
+pub enum Target<K: Send + Sync + 'static> {
+    /// One [`Event`] per handler call (client-go's one notification at a
+    /// time); the next is sent when the previous call returned, so this suits
+    /// any handler, async ones included.
+    Each(Recipient<Event<K>>),
+    /// One [`Event`] per handler call, with up to `depth` of them in the
+    /// subscriber's mailbox at once. The mailbox still hands them over one at
+    /// a time and in order, but without a round trip per event. Only for
+    /// handlers that finish their work inside `handle`: an async handler
+    /// (`ResponseFuture`, `ResponseActFuture`) would start the next
+    /// notification before the previous one finished.
+    Pipelined {
+        /// The subscriber.
+        recipient: Recipient<Event<K>>,
+        /// Most notifications sent and not yet handled (at least 1).
+        depth: usize,
+    },
+    /// [`EventBatch`]es of up to `max` events per handler call.
+    Batches {
+        /// The subscriber.
+        recipient: Recipient<EventBatch<K>>,
+        /// Most events in one batch (at least 1).
+        max: usize,
+    },
+}
+
+impl<K: Send + Sync + 'static> From<Recipient<Event<K>>> for Target<K> {
+    fn from(recipient: Recipient<Event<K>>) -> Self {
+        Target::Each(recipient)
+    }
+}

@@ -1,0 +1,145 @@
+//! The subscriber as its listener calls it: the next handler call of a
+//! [`Delivery`] sent to the subscriber's actor, and the calls in flight.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{self, Poll, ready};
+
+use actix::dev::RecipientRequest;
+use actix::prelude::*;
+
+use super::delivery::{Delivery, Sent};
+use super::options::Target;
+use super::window::CallShape;
+use crate::event::{Event, EventBatch};
+
+/// The subscriber's actor, taking events one per call or in batches.
+pub(super) enum Sink<K: Send + Sync + 'static> {
+    Events(Recipient<Event<K>>),
+    Batches(Recipient<EventBatch<K>>),
+}
+
+/// A handler call in flight: its answer, and what it carried.
+pub(super) struct Call<K: Send + Sync + 'static> {
+    request: Pin<Box<Request<K>>>,
+    sent: Sent,
+}
+
+/// The answer of one handler call: a single notification or a batch.
+type Request<K> =
+    futures::future::Either<RecipientRequest<Event<K>>, RecipientRequest<EventBatch<K>>>;
+
+impl<K: Send + Sync + 'static> Sink<K> {
+    /// The sink of `target`, and the shape of its calls.
+    pub(super) fn new(target: Target<K>) -> (Self, CallShape) {
+        match target {
+            Target::Each(recipient) => (Sink::Events(recipient), CallShape::Events { depth: 1 }),
+            Target::Pipelined { recipient, depth } => {
+                (Sink::Events(recipient), CallShape::Events { depth })
+            }
+            Target::Batches { recipient, max } => {
+                (Sink::Batches(recipient), CallShape::Batches { max })
+            }
+        }
+    }
+
+    /// Sends the next handler call of `delivery`, if it has one. A group of
+    /// events goes all but the last unanswered (`do_send`; a closed mailbox
+    /// fails the answered send), the last answered: that answer
+    /// acknowledges the group.
+    pub(super) fn call<R>(&self, delivery: &mut Delivery<K, R>) -> Option<Call<K>> {
+        let (request, sent) = match self {
+            Sink::Events(recipient) => {
+                let mut last = None;
+                let sent = delivery.next_call(|event| {
+                    if let Some(earlier) = last.replace(event) {
+                        recipient.do_send(earlier);
+                    }
+                })?;
+                (
+                    futures::future::Either::Left(send_now(recipient, last?)),
+                    sent,
+                )
+            }
+            Sink::Batches(recipient) => {
+                let mut batch = Vec::with_capacity(delivery.next_call_len());
+                let sent = delivery.next_call(|event| batch.push(event))?;
+                (
+                    futures::future::Either::Right(send_now(recipient, EventBatch(batch))),
+                    sent,
+                )
+            }
+        };
+        Some(Call {
+            request: Box::pin(request),
+            sent,
+        })
+    }
+}
+
+/// Handler calls sent and not yet returned, oldest first: the subscriber
+/// answers in order, so one future awaits them all (the context polls every
+/// spawned future at each wake-up: one per call cost O(pipeline) per event).
+pub(super) struct Calls<K: Send + Sync + 'static> {
+    queue: VecDeque<Call<K>>,
+    /// A future awaits the calls. It ends when none is left; the next call
+    /// starts one, which the context polls in the same pass (waking the
+    /// ended one instead costs an extra poll per event).
+    awaited: bool,
+}
+
+impl<K: Send + Sync + 'static> Calls<K> {
+    pub(super) fn new() -> Self {
+        Calls {
+            queue: VecDeque::new(),
+            awaited: false,
+        }
+    }
+
+    pub(super) fn push(&mut self, call: Call<K>) {
+        self.queue.push_back(call);
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// True when calls are in flight and no future awaits them: start one.
+    pub(super) fn start_awaiting(&mut self) -> bool {
+        let start = !self.awaited && !self.queue.is_empty();
+        self.awaited |= start;
+        start
+    }
+
+    /// The outcome of the oldest call once it returned; `None` when none is
+    /// in flight (the awaiting future ends).
+    #[inline]
+    pub(super) fn poll_returned(
+        &mut self,
+        task: &mut task::Context<'_>,
+    ) -> Poll<Option<(Result<(), MailboxError>, Sent)>> {
+        let Some(call) = self.queue.front_mut() else {
+            self.awaited = false;
+            return Poll::Ready(None);
+        };
+        let result = ready!(call.request.as_mut().poll(task));
+        let sent = call.sent;
+        self.queue.pop_front();
+        Poll::Ready(Some((result, sent)))
+    }
+}
+
+/// `send` through a fresh sender, so the message is in the subscriber's
+/// mailbox when this returns. actix parks a sender whose `send` found the
+/// mailbox over capacity (others send to the subscriber too); that sender's
+/// next `send` is held back until polled again, with no wake-up registered,
+/// and messages sent meanwhile overtake it. A fresh sender is never parked.
+/// Costs a clone (three small allocations) per answered call.
+fn send_now<M>(recipient: &Recipient<M>, message: M) -> RecipientRequest<M>
+where
+    M: Message + Send + 'static,
+    M::Result: Send,
+{
+    recipient.clone().send(message)
+}

@@ -1,0 +1,73 @@
+//! What a listener publishes: live counters, readable from any thread
+//! (metrics, status), and its sync state (HS-2).
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+use tokio::sync::watch;
+
+use super::delivery::{Delivery, Sent};
+
+/// Live counters of one listener, written by the listener only.
+#[derive(Debug, Default)]
+pub struct ListenerStats {
+    /// Notifications waiting in the queue.
+    pub pending: AtomicUsize,
+    /// Notifications sent to the subscriber whose handler call has not
+    /// returned yet (at most the pipeline depth, or one batch).
+    pub in_flight: AtomicUsize,
+    /// Notifications handled by the subscriber.
+    pub delivered: AtomicU64,
+    /// Resync notifications handled by the subscriber.
+    pub resyncs: AtomicU64,
+    /// Notifications merged away (Coalesce).
+    pub coalesced: AtomicU64,
+    /// The subscriber's actor stopped; the listener removed itself.
+    pub gone: AtomicBool,
+}
+
+impl ListenerStats {
+    /// What `delivery` has pending, in flight and merged away.
+    pub(super) fn publish<K, R>(&self, delivery: &Delivery<K, R>) {
+        self.pending
+            .store(delivery.pending_len(), Ordering::Relaxed);
+        self.in_flight
+            .store(delivery.in_flight_events(), Ordering::Relaxed);
+        self.coalesced
+            .store(delivery.coalesced(), Ordering::Relaxed);
+    }
+
+    /// A handler call returned: the subscriber handled what it carried.
+    pub(super) fn handled(&self, sent: &Sent) {
+        self.delivered
+            .fetch_add(sent.events as u64, Ordering::Relaxed);
+        if sent.resyncs > 0 {
+            self.resyncs
+                .fetch_add(sent.resyncs as u64, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The channel a listener reports its sync state on.
+pub(super) struct SyncedChannel {
+    tx: watch::Sender<bool>,
+    /// What `tx` was last set to: reading the channel itself takes its lock,
+    /// for a value only this listener writes.
+    sent: Cell<bool>,
+}
+
+impl SyncedChannel {
+    pub(super) fn new(tx: watch::Sender<bool>) -> Self {
+        let sent = Cell::new(*tx.borrow());
+        SyncedChannel { tx, sent }
+    }
+
+    /// Reports `synced` unless it was reported already.
+    #[inline]
+    pub(super) fn set(&self, synced: bool) {
+        if self.sent.get() != synced {
+            self.tx.send_replace(synced);
+            self.sent.set(synced);
+        }
+    }
+}
