@@ -67,7 +67,9 @@
 //! The unfinished-work gauges are computed when the snapshot is taken, not
 //! every 500 ms.
 
+pub mod actor;
 pub mod delaying;
+pub mod messages;
 pub mod metrics;
 pub mod priority;
 pub mod queue;
@@ -77,7 +79,9 @@ pub mod rate_limiting;
 #[cfg(test)]
 mod properties;
 
+pub use actor::WorkQueue;
 pub use delaying::DelayingQueue;
+pub use messages::*;
 pub use metrics::{DURATION_BUCKETS, Histogram, QueueMetrics};
 pub use priority::Priority;
 pub use queue::{Added, Get, Queue, Ticket};
