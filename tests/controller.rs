@@ -260,19 +260,23 @@ where
         .unwrap()
 }
 
-#[actix::test]
-async fn a_change_made_during_a_reconcile_is_reconciled_again_afterwards() {
-    let server = server(10_000);
-    let calls = Arc::new(Calls::default());
+/// A ConfigMap controller with `workers` whose reconcile of `gated` waits
+/// until the returned sender opens the gate.
+async fn gated_controller(
+    server: &ServerHandle,
+    calls: Arc<Calls>,
+    workers: usize,
+    gated: &'static str,
+) -> (ControllerHandle<ConfigMap>, watch::Sender<bool>) {
     let (open, gate) = watch::channel(false);
     let c = configmap_controller(
-        &server,
-        calls.clone(),
-        |c| c.workers(4),
+        server,
+        calls,
+        |c| c.workers(workers),
         move |req| {
             let mut gate = gate.clone();
             async move {
-                if req.key.name() == "held" {
+                if req.key.name() == gated {
                     let _ = gate.wait_for(|open| *open).await;
                 }
                 Ok(Action::Done)
@@ -280,6 +284,14 @@ async fn a_change_made_during_a_reconcile_is_reconciled_again_afterwards() {
         },
     )
     .await;
+    (c, open)
+}
+
+#[actix::test]
+async fn a_change_made_during_a_reconcile_is_reconciled_again_afterwards() {
+    let server = server(10_000);
+    let calls = Arc::new(Calls::default());
+    let (c, open) = gated_controller(&server, calls.clone(), 4, "held").await;
     c.wait_for_sync(WAIT).await.unwrap();
     create(&server, "held", "v1");
     eventually(WAIT, "the first reconcile of held", || {
@@ -378,7 +390,11 @@ async fn a_failing_key_backs_off_per_key_and_a_success_resets_it() {
         "the other key was reconciled once, at once"
     );
     let good = &calls.of("good")[0];
-    assert_eq!((good.retries, good.priority), (0, Priority::Low), "PQ-1: initial list");
+    assert_eq!(
+        (good.retries, good.priority),
+        (0, Priority::Low),
+        "PQ-1: initial list"
+    );
 
     // After the success, a failure starts over from the base delay.
     failing.store(true, Ordering::SeqCst);
@@ -499,22 +515,7 @@ async fn no_reconcile_before_a_secondary_informer_synced() {
 async fn graceful_stop_lets_reconciles_finish_and_reports_what_was_left() {
     let server = server(10_000);
     let calls = Arc::new(Calls::default());
-    let (open, gate) = watch::channel(false);
-    let c = configmap_controller(
-        &server,
-        calls.clone(),
-        |c| c.workers(1),
-        move |req| {
-            let mut gate = gate.clone();
-            async move {
-                if req.key.name() == "slow" {
-                    let _ = gate.wait_for(|open| *open).await;
-                }
-                Ok(Action::Done)
-            }
-        },
-    )
-    .await;
+    let (c, open) = gated_controller(&server, calls.clone(), 1, "slow").await;
     c.wait_for_sync(WAIT).await.unwrap();
     create(&server, "slow", "v");
     eventually(WAIT, "slow in progress", || calls.count("slow") == 1).await;

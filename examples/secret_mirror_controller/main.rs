@@ -164,22 +164,13 @@ async fn demo() -> anyhow::Result<()> {
         .get_or_insert_default()
         .insert("host".into(), ByteString(b"not-shown".to_vec()));
     secrets.replace("db", &pp, &db).await?;
-    converge(
-        &mirrors,
-        &[("api-mirror", "token"), ("db-mirror", "host,password,user")],
-        "updated",
-    )
-    .await?;
+    let both = [("api-mirror", "token"), ("db-mirror", "host,password,user")];
+    converge(&mirrors, &both, "updated").await?;
 
     mirrors
         .delete("api-mirror", &DeleteParams::default())
         .await?;
-    converge(
-        &mirrors,
-        &[("api-mirror", "token"), ("db-mirror", "host,password,user")],
-        "mirror deleted by hand",
-    )
-    .await?;
+    converge(&mirrors, &both, "mirror deleted by hand").await?;
 
     secrets.delete("api", &DeleteParams::default()).await?;
     converge(

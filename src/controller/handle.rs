@@ -49,14 +49,14 @@ pub struct StopReport {
 /// (reconciles in progress finish, nothing new starts); [`stop`](Self::stop)
 /// waits and reports.
 pub struct ControllerHandle<K: Object> {
-    workers: Arc<Workers<K>>,
-    phase: watch::Sender<Phase>,
-    sources: Vec<Box<dyn Source>>,
-    tasks: Vec<JoinHandle<()>>,
+    pub(super) workers: Arc<Workers<K>>,
+    pub(super) phase: watch::Sender<Phase>,
+    pub(super) sources: Vec<Box<dyn Source>>,
+    pub(super) tasks: Vec<JoinHandle<()>>,
     /// Tells the feeders to stop at their next batch.
-    feeders_closed: Arc<AtomicBool>,
-    mapper_panics: Arc<AtomicU64>,
-    stopped: bool,
+    pub(super) feeders_closed: Arc<AtomicBool>,
+    pub(super) mapper_panics: Arc<AtomicU64>,
+    pub(super) stopped: bool,
 }
 
 impl<K: Object> std::fmt::Debug for ControllerHandle<K> {
@@ -70,25 +70,6 @@ impl<K: Object> std::fmt::Debug for ControllerHandle<K> {
 }
 
 impl<K: Object> ControllerHandle<K> {
-    pub(crate) fn new(
-        workers: Arc<Workers<K>>,
-        phase: watch::Sender<Phase>,
-        sources: Vec<Box<dyn Source>>,
-        tasks: Vec<JoinHandle<()>>,
-        feeders_closed: Arc<AtomicBool>,
-        mapper_panics: Arc<AtomicU64>,
-    ) -> Self {
-        ControllerHandle {
-            workers,
-            phase,
-            sources,
-            tasks,
-            feeders_closed,
-            mapper_panics,
-            stopped: false,
-        }
-    }
-
     /// The controller's name.
     pub fn name(&self) -> &str {
         &self.workers.name

@@ -6,7 +6,7 @@
 //! child to its controller owner (ownerReferences with `controller: true`),
 //! [`Controller::watches`] maps any object to the keys to reconcile. Events
 //! name keys; the keys go to a workqueue
-//! ([`WorkQueue`](kinformer_actors::workqueue::WorkQueue), client-go's
+//! ([`WorkQueue`], client-go's
 //! `util/workqueue` semantics) at the priority of their cause, and N workers
 //! take them and call your async reconcile with the key and the cached object
 //! now. The reconcile is level-based: it gets the current state, not the
@@ -324,14 +324,15 @@ impl<K: Object> Controller<K> {
             .map(|_| tokio::spawn(workers.clone().run(phase.subscribe())))
             .collect();
         tracing::info!(controller = %name, workers = self.workers, informers = sources.len(), "controller started");
-        Ok(ControllerHandle::new(
+        Ok(ControllerHandle {
             workers,
             phase,
             sources,
             tasks,
-            shared.closed,
-            shared.mapper_panics,
-        ))
+            feeders_closed: shared.closed,
+            mapper_panics: shared.mapper_panics,
+            stopped: false,
+        })
     }
 }
 

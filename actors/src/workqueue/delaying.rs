@@ -288,21 +288,20 @@ mod tests {
     fn dq_t3_add_two_fire_early() {
         let t = Instant::now();
         let mut q = DelayingQueue::new("dq3");
+        // Releases what is due at `at`: exactly one key, handed out and done.
+        let one_at = |q: &mut DelayingQueue<&'static str>, at| {
+            q.release_due(at);
+            assert_eq!(q.len(), 1);
+            take(q, at)
+        };
         q.add_after("foo", Duration::from_secs(1), N, t);
         q.add_after("bar", ms(50), N, t);
         let t = t + ms(60);
-        q.release_due(t);
-        assert_eq!(q.len(), 1);
-        assert_eq!(take(&mut q, t), Some("bar"));
+        assert_eq!(one_at(&mut q, t), Some("bar"));
         q.add_after("baz", Duration::from_secs(2), N, t);
         let t = t + Duration::from_secs(1);
-        q.release_due(t);
-        assert_eq!(q.len(), 1);
-        assert_eq!(take(&mut q, t), Some("foo"));
-        let t = t + Duration::from_secs(2);
-        q.release_due(t);
-        assert_eq!(q.len(), 1);
-        assert_eq!(take(&mut q, t), Some("baz"));
+        assert_eq!(one_at(&mut q, t), Some("foo"));
+        assert_eq!(one_at(&mut q, t + Duration::from_secs(2)), Some("baz"));
     }
 
     #[test]

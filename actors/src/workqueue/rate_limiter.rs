@@ -299,17 +299,23 @@ mod tests {
         assert_eq!(whens(&mut l, "overflow", 1), [1000 * 60 * minute]);
     }
 
+    /// RL-T3 and RL-T4 expect the same: `one` gets 5 ms three times, then
+    /// `slow`; `two` counts apart; `forget` starts `one` over.
+    fn three_fast_then_slow<L: RateLimiter<&'static str>>(l: &mut L, slow: Duration) {
+        assert_eq!(whens(l, "one", 5), [ms(5), ms(5), ms(5), slow, slow]);
+        assert_eq!(l.num_requeues(&"one"), 5);
+        assert_eq!(whens(l, "two", 2), [ms(5), ms(5)]);
+        assert_eq!(l.num_requeues(&"two"), 2);
+        l.forget(&"one");
+        assert_eq!(l.num_requeues(&"one"), 0);
+        assert_eq!(whens(l, "one", 1), [ms(5)]);
+    }
+
     #[test]
     fn rl_t3_fast_slow() {
         let mut l = FastSlow::new(ms(5), Duration::from_secs(10), 3);
         let slow = Duration::from_secs(10);
-        assert_eq!(whens(&mut l, "one", 5), [ms(5), ms(5), ms(5), slow, slow]);
-        assert_eq!(l.num_requeues(&"one"), 5);
-        assert_eq!(whens(&mut l, "two", 2), [ms(5), ms(5)]);
-        assert_eq!(l.num_requeues(&"two"), 2);
-        l.forget(&"one");
-        assert_eq!(l.num_requeues(&"one"), 0);
-        assert_eq!(whens(&mut l, "one", 1), [ms(5)]);
+        three_fast_then_slow(&mut l, slow);
     }
 
     #[test]
@@ -319,13 +325,7 @@ mod tests {
             Box::new(ItemExponential::new(ms(1), Duration::from_secs(1))),
         ]);
         let slow = Duration::from_secs(3);
-        assert_eq!(whens(&mut l, "one", 5), [ms(5), ms(5), ms(5), slow, slow]);
-        assert_eq!(l.num_requeues(&"one"), 5);
-        assert_eq!(whens(&mut l, "two", 2), [ms(5), ms(5)]);
-        assert_eq!(l.num_requeues(&"two"), 2);
-        l.forget(&"one");
-        assert_eq!(l.num_requeues(&"one"), 0);
-        assert_eq!(whens(&mut l, "one", 1), [ms(5)]);
+        three_fast_then_slow(&mut l, slow);
     }
 
     #[test]
