@@ -600,3 +600,45 @@ async fn runs_under_a_multi_threaded_tokio_runtime_with_a_local_set() {
         })
         .await;
 }
+
+/// Many workers share the queue's mailbox: none stalls on a full mailbox
+/// (each request goes through a fresh sender), so all of them run at once.
+#[actix::test]
+async fn many_workers_reconcile_every_key_without_stalling() {
+    let server = server(10_000);
+    server.seed_configmaps("default", 500).unwrap();
+    let calls = Arc::new(Calls::default());
+    let (now, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (n, m) = (now.clone(), most.clone());
+    let c = configmap_controller(
+        &server,
+        calls.clone(),
+        |c| c.workers(64),
+        move |_| {
+            let (n, m) = (n.clone(), m.clone());
+            async move {
+                m.fetch_max(n.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                n.fetch_sub(1, Ordering::SeqCst);
+                Ok(Action::Done)
+            }
+        },
+    )
+    .await;
+    eventually(WAIT, "500 keys reconciled", || {
+        calls.calls.lock().unwrap().len() == 500
+    })
+    .await;
+    assert_eq!(most.load(Ordering::SeqCst), 64, "every worker took keys");
+    assert!(!calls.overlapped.load(Ordering::SeqCst));
+    let started = Instant::now();
+    let report = c.stop(Duration::from_secs(5)).await;
+    assert!(
+        report.left.is_empty() && report.cancelled.is_empty(),
+        "{report:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "every worker ended"
+    );
+}

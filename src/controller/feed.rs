@@ -109,9 +109,10 @@ impl<S: Object> Handler<EventBatch<S>> for Feeder<S> {
         for event in batch.iter() {
             self.keys_of(event, &mut keys);
         }
+        // A fresh sender (see `Workers::queue`). Answered by the queue at
+        // once; awaited so the listener's flow control sees this batch taken
+        // only when its keys are queued.
         let queue = self.queue.clone();
-        // Answered by the queue at once; awaited so the listener's flow
-        // control sees this batch taken only when its keys are queued.
         Box::pin(async move {
             let _ = queue.send(Add(keys)).await;
         })

@@ -108,7 +108,7 @@ impl<K: Object> ControllerHandle<K> {
     pub async fn metrics(&self) -> Result<ControllerMetrics, ControllerError> {
         let queue = self
             .workers
-            .queue
+            .queue()
             .send(GetMetrics)
             .await
             .map_err(|_| ControllerError::Stopped)?;
@@ -131,7 +131,7 @@ impl<K: Object> ControllerHandle<K> {
         self.workers.closing.store(true, Ordering::SeqCst);
         let left = self
             .workers
-            .queue
+            .queue()
             .send(Close::new())
             .await
             .unwrap_or_default();

@@ -80,16 +80,25 @@ impl<K: Object> Workers<K> {
             Ok(p) if *p == Phase::Running => {}
             _ => return,
         }
-        while let Ok(Some(ticket)) = self.queue.send(Next::new()).await {
+        while let Ok(Some(ticket)) = self.queue().send(Next::new()).await {
             let key = ticket.key.clone();
             let outcome = self.reconcile_one(ticket).await;
             if outcome != Outcome::Success && self.closing.load(Ordering::SeqCst) {
                 lock(&self.left_after_close).push(key.clone());
             }
-            if self.queue.send(Finish { key, outcome }).await.is_err() {
+            if self.queue().send(Finish { key, outcome }).await.is_err() {
                 return;
             }
         }
+    }
+
+    /// The queue's address for one answered send. A fresh sender each time:
+    /// actix parks a sender whose `send` found the mailbox over capacity and
+    /// holds its next `send` back with no wake-up registered; the workers
+    /// (and feeders) share the queue's mailbox, so a shared sender could
+    /// leave a worker waiting for good (see the listener's `send_now`).
+    pub(crate) fn queue(&self) -> Addr<WorkQueue<ObjectKey>> {
+        self.queue.clone()
     }
 
     /// Keys whose reconcile asked for a requeue after the queue closed.
