@@ -22,6 +22,8 @@
 //! * [`WorkQueue`] (`actor.rs`, messages in `messages.rs`): the actor that owns
 //!   a [`RateLimitingQueue`], answers a worker's [`Next`] when a key is ready
 //!   (no polling), and arms one timer for the next ready time.
+//! * [`parallelize_until`] (`parallelize.rs`, WQ-8): a piece of work split in
+//!   chunks over a bounded number of concurrent workers.
 //!
 //! # Rules beyond client-go (PQ-n)
 //!
@@ -71,6 +73,7 @@ pub mod actor;
 pub mod delaying;
 pub mod messages;
 pub mod metrics;
+pub mod parallelize;
 pub mod priority;
 pub mod queue;
 pub mod rate_limiter;
@@ -83,6 +86,7 @@ pub use actor::WorkQueue;
 pub use delaying::DelayingQueue;
 pub use messages::*;
 pub use metrics::{DURATION_BUCKETS, Histogram, QueueMetrics};
+pub use parallelize::parallelize_until;
 pub use priority::Priority;
 pub use queue::{Added, Get, Queue, Ticket};
 pub use rate_limiter::{
