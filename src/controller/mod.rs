@@ -299,10 +299,12 @@ impl<K: Object> Controller<K> {
             Ok::<_, InformerError>(())
         };
         if let Err(e) = started.await {
-            // Feeders already subscribed stop at their next batch.
             shared
                 .closed
                 .store(true, std::sync::atomic::Ordering::SeqCst);
+            for source in sources {
+                source.unsubscribe().await;
+            }
             return Err(e.into());
         }
         let workers = Arc::new(Workers {
@@ -319,7 +321,7 @@ impl<K: Object> Controller<K> {
         });
         let (phase, _) = watch::channel(Phase::Syncing);
         let synced: Vec<_> = sources.iter().map(|s| s.synced()).collect();
-        tokio::spawn(run_when_synced(synced, phase.clone()));
+        tokio::spawn(run_when_synced(synced, phase.clone(), name.clone()));
         let tasks = (0..self.workers)
             .map(|_| tokio::spawn(workers.clone().run(phase.subscribe())))
             .collect();
@@ -363,13 +365,17 @@ async fn subscribe<S: Object>(
 
 /// Moves the controller to `Running` once every subscription synced (CTL-1),
 /// unless it is stopped first.
-async fn run_when_synced(synced: Vec<watch::Receiver<bool>>, phase: watch::Sender<Phase>) {
+async fn run_when_synced(
+    synced: Vec<watch::Receiver<bool>>,
+    phase: watch::Sender<Phase>,
+    name: Arc<str>,
+) {
     let mut stopping = phase.subscribe();
     for mut s in synced {
         tokio::select! {
             r = s.wait_for(|synced| *synced) => {
                 if r.is_err() {
-                    // The listener stopped before it synced: a stop, or its feeder died.
+                    tracing::warn!(controller = %name, "a subscription ended before it synced: no reconcile will run");
                     return;
                 }
             }
