@@ -5,8 +5,7 @@
 //! reconciles) and any number of secondary ones: [`Controller::owns`] maps a
 //! child to its controller owner (ownerReferences with `controller: true`),
 //! [`Controller::watches`] maps any object to the keys to reconcile. Events
-//! name keys; the keys go to a workqueue
-//! ([`WorkQueue`], client-go's
+//! name keys; the keys go to a workqueue ([`WorkQueue`], client-go's
 //! `util/workqueue` semantics) at the priority of their cause, and N workers
 //! take them and call your async reconcile with the key and the cached object
 //! now. The reconcile is level-based: it gets the current state, not the
