@@ -285,7 +285,7 @@ where
 
 /// True inside an actix `System` or a tokio `LocalSet`, where actors can be
 /// started; starting one elsewhere panics (tokio's `spawn_local`).
-fn can_start_actors() -> bool {
+pub(crate) fn can_start_actors() -> bool {
     if tokio::runtime::Handle::try_current().is_err() {
         return false;
     }

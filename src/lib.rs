@@ -42,6 +42,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod controller;
 mod error;
 mod factory;
 mod informer;

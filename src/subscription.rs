@@ -210,6 +210,11 @@ impl<K: Object> Subscription<K> {
         *self.synced.borrow()
     }
 
+    /// The channel behind [`Subscription::has_synced`], for the controller's feeders.
+    pub(crate) fn synced_channel(&self) -> watch::Receiver<bool> {
+        self.synced.clone()
+    }
+
     /// Waits until [`Subscription::has_synced`], at most `timeout`;
     /// `Stopped` when the informer is stopped first, `SubscriberGone` when
     /// the subscriber's actor stopped.

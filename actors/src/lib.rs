@@ -23,6 +23,7 @@ pub mod indexer;
 pub mod listener;
 pub mod reflector;
 pub mod resync;
+pub mod workqueue;
 
 #[cfg(test)]
 mod testing;

@@ -1,0 +1,437 @@
+//! The workqueue actor: owns a [`RateLimitingQueue`], answers each worker's
+//! [`Next`] when a key is ready, arms one timer for the next ready time, and
+//! answers drains when they complete or their deadline passes.
+//!
+//! Time comes from tokio's clock, so tests can pause and advance it.
+
+use std::collections::VecDeque;
+use std::hash::Hash;
+use std::time::Instant;
+
+use actix::dev::{MessageResponse, OneshotSender};
+use actix::prelude::*;
+use futures::channel::oneshot;
+
+use super::messages::*;
+use super::queue::{Get, Ticket};
+use super::rate_limiter::RateLimiter;
+use super::rate_limiting::{Leftovers, RateLimitingQueue};
+use crate::answer::Answer;
+
+fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
+
+/// A drain waiting to complete.
+struct Drain<K> {
+    reply: oneshot::Sender<DrainReport<K>>,
+    deadline: SpawnHandle,
+    dropped: Vec<K>,
+}
+
+/// The workqueue actor (see the [module docs](super)).
+pub struct WorkQueue<K> {
+    queue: RateLimitingQueue<K>,
+    /// Workers waiting for a key, oldest first; answered in order.
+    waiters: VecDeque<OneshotSender<Option<Ticket<K>>>>,
+    /// The timer armed for the next ready time, and that time.
+    timer: Option<(Instant, SpawnHandle)>,
+    drains: Vec<Drain<K>>,
+}
+
+impl<K: Clone + Eq + Hash + Unpin + 'static> WorkQueue<K> {
+    /// A queue named `name` whose failed keys wait as `limiter` says.
+    pub fn new(name: impl Into<String>, limiter: Box<dyn RateLimiter<K>>) -> Self {
+        WorkQueue {
+            queue: RateLimitingQueue::new(name, limiter),
+            waiters: VecDeque::new(),
+            timer: None,
+            drains: Vec::new(),
+        }
+    }
+
+    /// After every change: releases what is due, hands ready keys to waiting
+    /// workers, answers completed drains, re-arms the timer.
+    fn settle(&mut self, ctx: &mut Context<Self>) {
+        let now = now();
+        self.queue.release_due(now);
+        self.serve(now);
+        self.answer_drains(ctx);
+        self.arm(ctx, now);
+    }
+
+    fn serve(&mut self, now: Instant) {
+        loop {
+            while self.waiters.front().is_some_and(|w| w.is_closed()) {
+                self.waiters.pop_front();
+            }
+            let Some(waiter) = self.waiters.pop_front() else {
+                return;
+            };
+            match self.queue.get(now) {
+                Get::Item(ticket) => {
+                    if let Err(Some(ticket)) = waiter.send(Some(ticket)) {
+                        // The worker left between the check and the send: give it back.
+                        self.queue.add(ticket.key.clone(), ticket.priority, now);
+                        self.queue.done(&ticket.key, now);
+                    }
+                }
+                Get::Empty => {
+                    self.waiters.push_front(waiter);
+                    return;
+                }
+                Get::ShutDown => {
+                    let _ = waiter.send(None);
+                    for waiter in self.waiters.drain(..) {
+                        let _ = waiter.send(None);
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    fn answer_drains(&mut self, ctx: &mut Context<Self>) {
+        if self.drains.is_empty() || (self.queue.draining() && !self.queue.is_drained()) {
+            return;
+        }
+        for drain in std::mem::take(&mut self.drains) {
+            ctx.cancel_future(drain.deadline);
+            let _ = drain.reply.send(self.report(drain.dropped));
+        }
+    }
+
+    fn report(&self, dropped: Vec<K>) -> DrainReport<K> {
+        DrainReport {
+            drained: self.queue.is_drained(),
+            dropped,
+            processing: self.queue.processing_keys().cloned().collect(),
+            ready: self.queue.len(),
+        }
+    }
+
+    fn arm(&mut self, ctx: &mut Context<Self>, now: Instant) {
+        let next = self.queue.next_ready_at();
+        if self.timer.as_ref().map(|(at, _)| *at) == next {
+            return;
+        }
+        if let Some((_, handle)) = self.timer.take() {
+            ctx.cancel_future(handle);
+        }
+        let Some(at) = next else {
+            return;
+        };
+        let handle = ctx.run_later(at.saturating_duration_since(now), |act, ctx| {
+            act.timer = None;
+            act.settle(ctx);
+        });
+        self.timer = Some((at, handle));
+    }
+}
+
+impl<K: Clone + Eq + Hash + Unpin + 'static> Actor for WorkQueue<K> {
+    type Context = Context<Self>;
+}
+
+impl<K: Clone + Eq + Hash + Unpin + 'static> Handler<Add<K>> for WorkQueue<K> {
+    type Result = ();
+
+    fn handle(&mut self, Add(keys): Add<K>, ctx: &mut Context<Self>) {
+        let now = now();
+        for (key, priority) in keys {
+            self.queue.add(key, priority, now);
+        }
+        self.settle(ctx);
+    }
+}
+
+impl<K: Clone + Eq + Hash + Unpin + 'static> Handler<AddAfter<K>> for WorkQueue<K> {
+    type Result = ();
+
+    fn handle(&mut self, msg: AddAfter<K>, ctx: &mut Context<Self>) {
+        self.queue
+            .add_after(msg.key, msg.delay, msg.priority, now());
+        self.settle(ctx);
+    }
+}
+
+impl<K: Clone + Eq + Hash + Unpin + 'static> Handler<AddRateLimited<K>> for WorkQueue<K> {
+    type Result = Option<std::time::Duration>;
+
+    fn handle(&mut self, msg: AddRateLimited<K>, ctx: &mut Context<Self>) -> Self::Result {
+        let delay = self.queue.add_rate_limited(msg.key, msg.priority, now());
+        self.settle(ctx);
+        delay
+    }
+}
+
+/// [`Next`]'s answer: the worker's reply joins the waiters (in the actor,
+/// right after this message), and is sent when a key is ready.
+pub struct Waiting;
+
+impl<K: Clone + Eq + Hash + Unpin + 'static> MessageResponse<WorkQueue<K>, Next<K>> for Waiting {
+    fn handle(self, ctx: &mut Context<WorkQueue<K>>, tx: Option<OneshotSender<Option<Ticket<K>>>>) {
+        // `do_send(Next)` has nobody to answer: no key is handed out for it.
+        let Some(tx) = tx else { return };
+        ctx.spawn(
+            actix::fut::ready(()).map(move |(), act: &mut WorkQueue<K>, ctx| {
+                act.waiters.push_back(tx);
+                act.settle(ctx);
+            }),
+        );
+    }
+}
+
+impl<K: Clone + Eq + Hash + Unpin + 'static> Handler<Next<K>> for WorkQueue<K> {
+    type Result = Waiting;
+
+    fn handle(&mut self, _: Next<K>, _: &mut Context<Self>) -> Waiting {
+        Waiting
+    }
+}
+
+impl<K: Clone + Eq + Hash + Unpin + 'static> Handler<Finish<K>> for WorkQueue<K> {
+    type Result = bool;
+
+    fn handle(&mut self, msg: Finish<K>, ctx: &mut Context<Self>) -> bool {
+        let was = self.queue.finish(&msg.key, msg.outcome, now());
+        self.settle(ctx);
+        was
+    }
+}
+
+impl<K: Clone + Eq + Hash + Unpin + 'static> Handler<Forget<K>> for WorkQueue<K> {
+    type Result = ();
+
+    fn handle(&mut self, Forget(key): Forget<K>, _: &mut Context<Self>) {
+        self.queue.forget(&key);
+    }
+}
+
+impl<K: Clone + Eq + Hash + Unpin + 'static> Handler<NumRequeues<K>> for WorkQueue<K> {
+    type Result = u32;
+
+    fn handle(&mut self, NumRequeues(key): NumRequeues<K>, _: &mut Context<Self>) -> u32 {
+        self.queue.num_requeues(&key)
+    }
+}
+
+impl<K: Clone + Eq + Hash + Unpin + 'static> Handler<GetMetrics> for WorkQueue<K> {
+    type Result = MessageResult<GetMetrics>;
+
+    fn handle(&mut self, _: GetMetrics, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.queue.metrics(now()))
+    }
+}
+
+impl<K: Clone + Eq + Hash + Unpin + 'static> Handler<ShutDown<K>> for WorkQueue<K> {
+    type Result = MessageResult<ShutDown<K>>;
+
+    fn handle(&mut self, _: ShutDown<K>, ctx: &mut Context<Self>) -> Self::Result {
+        let dropped = self.queue.shut_down();
+        self.settle(ctx);
+        MessageResult(dropped)
+    }
+}
+
+impl<K: Clone + Eq + Hash + Unpin + 'static> Handler<ShutDownWithDrain<K>> for WorkQueue<K> {
+    type Result = Answer<DrainReport<K>>;
+
+    fn handle(&mut self, msg: ShutDownWithDrain<K>, ctx: &mut Context<Self>) -> Self::Result {
+        let dropped = self.queue.shut_down_with_drain();
+        let (reply, rx) = oneshot::channel();
+        let deadline = ctx.run_later(msg.timeout, |act, _| {
+            // The timeout passed: answer every drain as it stands.
+            for drain in std::mem::take(&mut act.drains) {
+                let _ = drain.reply.send(act.report(drain.dropped));
+            }
+        });
+        self.drains.push(Drain {
+            reply,
+            deadline,
+            dropped,
+        });
+        self.settle(ctx);
+        Answer::from_receiver(rx, self.report(Vec::new()))
+    }
+}
+
+impl<K: Clone + Eq + Hash + Unpin + 'static> Handler<Close<K>> for WorkQueue<K> {
+    type Result = MessageResult<Close<K>>;
+
+    fn handle(&mut self, _: Close<K>, ctx: &mut Context<Self>) -> Self::Result {
+        let left: Leftovers<K> = self.queue.close();
+        self.settle(ctx);
+        MessageResult(left)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workqueue::{ItemExponential, Outcome, Priority};
+    use std::time::Duration;
+
+    const N: Priority = Priority::Normal;
+
+    fn queue() -> Addr<WorkQueue<&'static str>> {
+        let limiter = ItemExponential::new(Duration::from_millis(100), Duration::from_secs(10));
+        WorkQueue::new("actor", Box::new(limiter)).start()
+    }
+
+    async fn settle() {
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[actix::test]
+    async fn a_waiting_worker_is_answered_when_a_key_is_added() {
+        let q = queue();
+        let mut next = Box::pin(q.send(Next::new()));
+        settle().await;
+        assert!(
+            futures::poll!(&mut next).is_pending(),
+            "nothing ready: it waits"
+        );
+        q.send(Add(vec![("a", N)])).await.unwrap();
+        let ticket = next.await.unwrap().unwrap();
+        assert_eq!((ticket.key, ticket.requeues), ("a", 0));
+        assert!(
+            q.send(Finish {
+                key: "a",
+                outcome: Outcome::Success
+            })
+            .await
+            .unwrap()
+        );
+    }
+
+    #[actix::test]
+    async fn a_failed_key_comes_back_after_its_backoff_from_the_timer() {
+        tokio::time::pause();
+        let q = queue();
+        q.send(Add(vec![("a", N)])).await.unwrap();
+        let t = q.send(Next::new()).await.unwrap().unwrap();
+        q.send(Finish {
+            key: t.key,
+            outcome: Outcome::Failure,
+        })
+        .await
+        .unwrap();
+        let mut next = Box::pin(q.send(Next::new()));
+        tokio::time::advance(Duration::from_millis(99)).await;
+        settle().await;
+        assert!(futures::poll!(&mut next).is_pending(), "backing off");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        settle().await;
+        let t = next.await.unwrap().unwrap();
+        assert_eq!((t.key, t.requeues), ("a", 1));
+        assert_eq!(q.send(NumRequeues("a")).await.unwrap(), 1);
+        let m = q.send(GetMetrics).await.unwrap();
+        assert_eq!((m.name.as_str(), m.retries, m.processing), ("actor", 1, 1));
+    }
+
+    /// A worker that gives up its request loses no key: the key goes to the next one.
+    #[actix::test]
+    async fn a_dropped_request_does_not_lose_a_key() {
+        let q = queue();
+        let gone = q.send(Next::new());
+        let mut gone = Box::pin(gone);
+        settle().await;
+        assert!(futures::poll!(&mut gone).is_pending());
+        drop(gone);
+        q.send(Add(vec![("a", N)])).await.unwrap();
+        let t = q.send(Next::new()).await.unwrap().unwrap();
+        assert_eq!(t.key, "a");
+    }
+
+    /// WQ-T7 through the actor: the drain is answered once both are done;
+    /// WQ-T9: a shutdown releases a drain; the deadline bounds it.
+    #[actix::test]
+    async fn drains_complete_are_released_or_time_out() {
+        let q = queue();
+        q.send(Add(vec![("foo", N), ("bar", N)])).await.unwrap();
+        let foo = q.send(Next::new()).await.unwrap().unwrap();
+        let bar = q.send(Next::new()).await.unwrap().unwrap();
+        let mut drain = Box::pin(q.send(ShutDownWithDrain::new(Duration::from_secs(60))));
+        settle().await;
+        assert!(futures::poll!(&mut drain).is_pending());
+        assert_eq!(
+            q.send(Next::new()).await.unwrap(),
+            None,
+            "WQ-3: shut down, empty"
+        );
+        q.send(Finish {
+            key: foo.key,
+            outcome: Outcome::Success,
+        })
+        .await
+        .unwrap();
+        settle().await;
+        assert!(
+            futures::poll!(&mut drain).is_pending(),
+            "bar still processing"
+        );
+        q.send(Finish {
+            key: bar.key,
+            outcome: Outcome::Success,
+        })
+        .await
+        .unwrap();
+        let report = drain.await.unwrap();
+        assert!(report.drained && report.processing.is_empty());
+
+        let q = queue();
+        q.send(Add(vec![("foo", N)])).await.unwrap();
+        q.send(Next::new()).await.unwrap();
+        let drain = q.send(ShutDownWithDrain::new(Duration::from_secs(60)));
+        let mut drain = Box::pin(drain);
+        settle().await;
+        assert!(futures::poll!(&mut drain).is_pending());
+        q.send(ShutDown::new()).await.unwrap();
+        let report = drain.await.unwrap();
+        assert_eq!((report.drained, report.processing), (false, vec!["foo"]));
+
+        tokio::time::pause();
+        let q = queue();
+        q.send(Add(vec![("foo", N)])).await.unwrap();
+        q.send(Next::new()).await.unwrap();
+        let drain = q.send(ShutDownWithDrain::new(Duration::from_secs(5)));
+        settle().await;
+        tokio::time::advance(Duration::from_secs(5)).await;
+        let report = drain.await.unwrap();
+        assert_eq!((report.drained, report.processing), (false, vec!["foo"]));
+    }
+
+    /// PQ-8: a close answers what is left and every waiting worker gets `None`.
+    #[actix::test]
+    async fn close_answers_leftovers_and_releases_workers() {
+        let q = queue();
+        q.send(Add(vec![("a", N), ("b", N)])).await.unwrap();
+        q.send(AddAfter {
+            key: "c",
+            delay: Duration::from_secs(60),
+            priority: N,
+        })
+        .await
+        .unwrap();
+        let a = q.send(Next::new()).await.unwrap().unwrap();
+        let left = q.send(Close::new()).await.unwrap();
+        assert_eq!((left.queued, left.waiting), (vec!["b"], vec!["c"]));
+        assert_eq!(q.send(Next::new()).await.unwrap(), None);
+        assert!(
+            q.send(Finish {
+                key: a.key,
+                outcome: Outcome::Failure
+            })
+            .await
+            .unwrap()
+        );
+        assert_eq!(
+            q.send(Next::new()).await.unwrap(),
+            None,
+            "the requeue was ignored"
+        );
+    }
+}

@@ -1,0 +1,175 @@
+//! A running controller: its sync state, metrics, and graceful stop (CTL-5).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use kinformer_actors::workqueue::{Close, GetMetrics};
+use kinformer_actors::{Object, ObjectKey};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::error::ControllerError;
+use super::metrics::{ControllerMetrics, ReconcileMetrics};
+use super::worker::{Phase, Workers};
+use crate::subscription::Subscription;
+
+/// One feeder's subscription, whatever its object type.
+pub(crate) trait Source: Send {
+    /// Turns `true` once the informer synced and the feeder queued its initial keys.
+    fn synced(&self) -> watch::Receiver<bool>;
+    /// Ends the subscription (the handler call in progress returns first).
+    fn unsubscribe(self: Box<Self>) -> Pin<Box<dyn Future<Output = ()>>>;
+}
+
+impl<S: Object> Source for Subscription<S> {
+    fn synced(&self) -> watch::Receiver<bool> {
+        self.synced_channel()
+    }
+
+    fn unsubscribe(self: Box<Self>) -> Pin<Box<dyn Future<Output = ()>>> {
+        Box::pin((*self).unsubscribe())
+    }
+}
+
+/// What a stop left undone.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StopReport {
+    /// Keys that were queued, waiting for a delay or a backoff, or asked for
+    /// a requeue while the stop was under way: not reconciled since. Sorted.
+    pub left: Vec<ObjectKey>,
+    /// Keys whose reconcile was still running at the deadline, cancelled. Sorted.
+    pub cancelled: Vec<ObjectKey>,
+}
+
+/// A running controller. Dropping it stops the controller without waiting
+/// (reconciles in progress finish, nothing new starts); [`stop`](Self::stop)
+/// waits and reports.
+pub struct ControllerHandle<K: Object> {
+    pub(super) workers: Arc<Workers<K>>,
+    pub(super) phase: watch::Sender<Phase>,
+    pub(super) sources: Vec<Box<dyn Source>>,
+    pub(super) tasks: Vec<JoinHandle<()>>,
+    /// Tells the feeders to stop at their next batch.
+    pub(super) feeders_closed: Arc<AtomicBool>,
+    pub(super) mapper_panics: Arc<AtomicU64>,
+    pub(super) stopped: bool,
+}
+
+impl<K: Object> std::fmt::Debug for ControllerHandle<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControllerHandle")
+            .field("name", &self.workers.name)
+            .field("phase", &*self.phase.borrow())
+            .field("informers", &self.sources.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K: Object> ControllerHandle<K> {
+    /// The controller's name.
+    pub fn name(&self) -> &str {
+        &self.workers.name
+    }
+
+    /// True once every informer synced and reconciles may run (CTL-1).
+    pub fn has_synced(&self) -> bool {
+        *self.phase.borrow() == Phase::Running
+    }
+
+    /// Waits until [`has_synced`](Self::has_synced), at most `timeout`.
+    pub async fn wait_for_sync(&self, timeout: Duration) -> Result<(), ControllerError> {
+        let mut phase = self.phase.subscribe();
+        match tokio::time::timeout(timeout, phase.wait_for(|p| *p != Phase::Syncing)).await {
+            Ok(Ok(p)) if *p == Phase::Running => Ok(()),
+            Ok(_) => Err(ControllerError::Stopped),
+            Err(_) => Err(ControllerError::SyncTimeout {
+                waited: timeout,
+                unsynced: self
+                    .sources
+                    .iter()
+                    .filter(|s| !*s.synced().borrow())
+                    .count(),
+            }),
+        }
+    }
+
+    /// The reconcile counters now.
+    pub fn reconcile_metrics(&self) -> ReconcileMetrics {
+        self.workers
+            .stats
+            .snapshot(self.mapper_panics.load(Ordering::Relaxed))
+    }
+
+    /// The reconcile counters and the queue's metrics now.
+    pub async fn metrics(&self) -> Result<ControllerMetrics, ControllerError> {
+        let queue = self
+            .workers
+            .queue()
+            .send(GetMetrics)
+            .await
+            .map_err(|_| ControllerError::Stopped)?;
+        Ok(ControllerMetrics {
+            reconcile: self.reconcile_metrics(),
+            queue,
+        })
+    }
+
+    /// Graceful stop (CTL-5): the feeders unsubscribe, the queue hands out no
+    /// key any more, reconciles in progress run until `deadline` and are
+    /// cancelled past it. Answers what was left and what was cancelled.
+    pub async fn stop(mut self, deadline: Duration) -> StopReport {
+        self.stopped = true;
+        self.phase.send_replace(Phase::Stopping);
+        self.feeders_closed.store(true, Ordering::SeqCst);
+        for source in std::mem::take(&mut self.sources) {
+            source.unsubscribe().await;
+        }
+        self.workers.closing.store(true, Ordering::SeqCst);
+        let left = self
+            .workers
+            .queue()
+            .send(Close::new())
+            .await
+            .unwrap_or_default();
+        let tasks = std::mem::take(&mut self.tasks);
+        let aborts: Vec<_> = tasks.iter().map(JoinHandle::abort_handle).collect();
+        let mut cancelled = Vec::new();
+        if tokio::time::timeout(deadline, futures::future::join_all(tasks))
+            .await
+            .is_err()
+        {
+            cancelled = self.workers.in_progress();
+            for task in aborts {
+                task.abort();
+            }
+        }
+        let mut left: Vec<ObjectKey> = left.queued.into_iter().chain(left.waiting).collect();
+        left.extend(self.workers.left_after_close());
+        left.sort();
+        left.dedup();
+        cancelled.sort();
+        tracing::info!(
+            controller = %self.workers.name,
+            left = left.len(),
+            cancelled = cancelled.len(),
+            "controller stopped"
+        );
+        StopReport { left, cancelled }
+    }
+}
+
+impl<K: Object> Drop for ControllerHandle<K> {
+    fn drop(&mut self) {
+        if self.stopped {
+            return;
+        }
+        self.phase.send_replace(Phase::Stopping);
+        self.feeders_closed.store(true, Ordering::SeqCst);
+        self.workers.closing.store(true, Ordering::SeqCst);
+        self.workers.queue.do_send(Close::new());
+    }
+}

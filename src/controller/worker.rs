@@ -1,0 +1,189 @@
+//! A worker: asks the queue for a key, reconciles it, reports how it ended,
+//! until the queue hands out nothing more (CTL-2..CTL-5).
+
+use std::collections::HashSet;
+use std::fmt::Display;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use actix::Addr;
+use futures::FutureExt;
+use kinformer_actors::workqueue::{Finish, Next, Outcome, Ticket, WorkQueue};
+use kinformer_actors::{Object, ObjectKey};
+use tokio::sync::watch;
+
+use super::last_known::LastKnown;
+use super::metrics::{Ended, ReconcileStats};
+use super::request::{Action, Request};
+use crate::store::Store;
+
+/// The reconcile function, its error turned into a message.
+pub(crate) type ReconcileFn<K> = Arc<
+    dyn Fn(Request<K>) -> Pin<Box<dyn Future<Output = Result<Action, String>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// Erases a user's reconcile function.
+pub(crate) fn erase<K, F, Fut, E>(reconcile: F) -> ReconcileFn<K>
+where
+    F: Fn(Request<K>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Action, E>> + Send + 'static,
+    E: Display + Send + 'static,
+{
+    Arc::new(move |request| {
+        let reconcile = reconcile(request);
+        Box::pin(async move { reconcile.await.map_err(|e| e.to_string()) })
+    })
+}
+
+/// Where a controller is in its life; workers start once it is `Running`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Waiting for every informer to sync (CTL-1).
+    Syncing,
+    Running,
+    Stopping,
+}
+
+/// What every worker of one controller shares.
+pub(crate) struct Workers<K> {
+    pub(crate) name: Arc<str>,
+    pub(crate) queue: Addr<WorkQueue<ObjectKey>>,
+    pub(crate) store: Store<K>,
+    pub(crate) last_known: Arc<LastKnown<K>>,
+    pub(crate) reconcile: ReconcileFn<K>,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) stats: ReconcileStats,
+    /// Keys being reconciled now (what a stop past its deadline cancels).
+    pub(crate) in_progress: Mutex<HashSet<ObjectKey>>,
+    /// Set when a stop closes the queue: a requeue asked for after that is
+    /// reported as left instead (the closed queue ignores it).
+    pub(crate) closing: AtomicBool,
+    pub(crate) left_after_close: Mutex<Vec<ObjectKey>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Each critical section is one insert or remove: a panic cannot tear it.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl<K: Object> Workers<K> {
+    /// One worker's loop: waits for the controller to run, then takes keys
+    /// until the queue hands out nothing more.
+    pub(crate) async fn run(self: Arc<Self>, mut phase: watch::Receiver<Phase>) {
+        match phase.wait_for(|p| *p != Phase::Syncing).await {
+            Ok(p) if *p == Phase::Running => {}
+            _ => return,
+        }
+        while let Ok(Some(ticket)) = self.queue().send(Next::new()).await {
+            let key = ticket.key.clone();
+            let outcome = self.reconcile_one(ticket).await;
+            if outcome != Outcome::Success && self.closing.load(Ordering::SeqCst) {
+                lock(&self.left_after_close).push(key.clone());
+            }
+            if self.queue().send(Finish { key, outcome }).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// The queue's address for one answered send. A fresh sender each time:
+    /// actix parks a sender whose `send` found the mailbox over capacity and
+    /// holds its next `send` back with no wake-up registered; the workers
+    /// (and feeders) share the queue's mailbox, so a shared sender could
+    /// leave a worker waiting for good (see the listener's `send_now`).
+    pub(crate) fn queue(&self) -> Addr<WorkQueue<ObjectKey>> {
+        self.queue.clone()
+    }
+
+    /// Keys whose reconcile asked for a requeue after the queue closed.
+    pub(crate) fn left_after_close(&self) -> Vec<ObjectKey> {
+        std::mem::take(&mut *lock(&self.left_after_close))
+    }
+
+    /// Keys being reconciled now.
+    pub(crate) fn in_progress(&self) -> Vec<ObjectKey> {
+        lock(&self.in_progress).iter().cloned().collect()
+    }
+
+    /// Reconciles one key and answers how it ended; a panic, an error or a
+    /// timeout is a failure (CTL-4).
+    async fn reconcile_one(&self, ticket: Ticket<ObjectKey>) -> Outcome {
+        let key = ticket.key;
+        let object = self.store.snapshot().get(&key);
+        let last_known = object
+            .is_none()
+            .then(|| self.last_known.get(&key))
+            .flatten();
+        let request = Request {
+            key: key.clone(),
+            object,
+            last_known: last_known.clone(),
+            retries: ticket.requeues,
+            priority: ticket.priority,
+        };
+        lock(&self.in_progress).insert(key.clone());
+        self.stats.started();
+        let started = tokio::time::Instant::now();
+        let (how, outcome) = self.call(request).await;
+        self.stats.ended(how, started.elapsed());
+        lock(&self.in_progress).remove(&key);
+        if let (Ended::Done | Ended::RequeueAfter, Some(state)) = (how, &last_known) {
+            self.last_known.settled(&key, state);
+        }
+        outcome
+    }
+
+    async fn call(&self, request: Request<K>) -> (Ended, Outcome) {
+        let key = request.key.clone();
+        let retries = request.retries;
+        let reconcile = &self.reconcile;
+        let result = match std::panic::catch_unwind(AssertUnwindSafe(|| reconcile(request))) {
+            Err(panic) => Err(Some(panic)),
+            Ok(future) => {
+                let future = AssertUnwindSafe(future).catch_unwind();
+                match self.timeout {
+                    None => future.await.map_err(Some),
+                    Some(limit) => match tokio::time::timeout(limit, future).await {
+                        Ok(r) => r.map_err(Some),
+                        Err(_) => Err(None),
+                    },
+                }
+            }
+        };
+        let name = &self.name;
+        match result {
+            Ok(Ok(Action::Done)) => (Ended::Done, Outcome::Success),
+            Ok(Ok(Action::RequeueAfter(delay))) => {
+                (Ended::RequeueAfter, Outcome::RequeueAfter(delay))
+            }
+            Ok(Err(error)) => {
+                tracing::warn!(controller = %name, %key, retries, %error, "reconcile failed; requeued with backoff");
+                (Ended::Error, Outcome::Failure)
+            }
+            Err(Some(panic)) => {
+                let message = panic_message(panic.as_ref());
+                tracing::error!(controller = %name, %key, retries, panic = message, "reconcile panicked; requeued with backoff");
+                (Ended::Panic, Outcome::Failure)
+            }
+            Err(None) => {
+                tracing::warn!(controller = %name, %key, retries, timeout = ?self.timeout, "reconcile timed out (cancelled); requeued with backoff");
+                (Ended::Timeout, Outcome::Failure)
+            }
+        }
+    }
+}
+
+/// A panic's message when it is a string (as `panic!` makes it).
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(not a string)")
+}
