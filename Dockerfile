@@ -18,8 +18,8 @@ WORKDIR /src
 COPY . .
 # Every .rs file becomes `fn main() {}` (valid as a library, a binary, a test,
 # an example or a bench); everything else but Cargo.toml and Cargo.lock goes.
-RUN printf 'fn main() {}\n' > /tmp/stub.rs \
-    && find . -name '*.rs' -exec cp /tmp/stub.rs {} \; \
+RUN printf 'fn main() {}\n' > ../stub.rs \
+    && find . -name '*.rs' -exec cp ../stub.rs {} \; \
     && find . -type f ! -name '*.rs' ! -name Cargo.toml ! -name Cargo.lock -delete
 
 FROM rust:${RUST_VERSION}-bookworm AS builder
@@ -33,15 +33,14 @@ COPY . .
 # COPY keeps the context's modification times, older than the stub build's:
 # without the touch, cargo would take the stubs' artifacts as fresh.
 RUN find . -name '*.rs' -exec touch {} + \
-    && cargo build --release --locked --offline --bin kinformer \
-    && cp target/release/kinformer /kinformer
+    && cargo build --release --locked --offline --bin kinformer
 
 # Runtime: distroless `cc` is Debian 12's glibc, libgcc and CA certificates
 # and nothing else (no shell, no package manager), matching the bookworm
 # builder's glibc; kinformer needs no more (rustls, no OpenSSL). Its `nonroot`
 # variant runs as uid 65532. For reproducible builds pin it by digest.
 FROM gcr.io/distroless/cc-debian12:nonroot
-COPY --from=builder /kinformer /usr/local/bin/kinformer
+COPY --from=builder /src/target/release/kinformer /usr/local/bin/kinformer
 # The default configuration (the repository's config.toml: ConfigMaps, two
 # subscribers). deploy/configmap.yaml mounts the cluster's over it.
 COPY config.toml /etc/kinformer/config.toml

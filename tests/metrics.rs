@@ -1,7 +1,8 @@
 //! `kinformer run --metrics PORT`: bound to the loopback interface,
 //! `/metrics` counters move with the workload, `/healthz` and `/readyz`
-//! answer, an oversized request is refused, and Ctrl-C (SIGINT) stops the
-//! program gracefully with a summary.
+//! answer (`/readyz` 503 until every informer has synced), an oversized
+//! request is refused, and Ctrl-C (SIGINT) or SIGTERM stops the program
+//! gracefully with a summary.
 
 mod common;
 
@@ -231,4 +232,70 @@ fn metrics_move_with_the_workload_and_sigint_stops_gracefully() {
 
     // Ctrl-C: a graceful stop with a summary, exit 0.
     common::expect_graceful_stop(child, "-INT", "interrupted", &rx);
+}
+
+/// The readiness probe's contract (deploy/30-deployment.yaml): `/readyz`
+/// answers 503 naming the informers still waiting while the initial list
+/// cannot succeed, and 200 once it has; `/healthz` answers 200 throughout.
+#[test]
+fn readyz_answers_503_until_every_informer_has_synced() {
+    use kinformer_apiserver::{Failure, Verb};
+    let server = common::server(1_000);
+    server.seed_configmaps("default", 20).unwrap();
+    // Every list fails until the faults are cleared.
+    server
+        .faults()
+        .fail_next(Verb::List, u32::MAX, Failure::Internal);
+    let mut child = common::kinformer_command()
+        .args(["run", "--server", &server.url(), "--for", "60s"])
+        .args(["--metrics", "0"])
+        .env("KINFORMER__ENGINE__BACKOFF__INITIAL", "20ms")
+        .env("KINFORMER__ENGINE__BACKOFF__CAP", "100ms")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn kinformer");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let addr: SocketAddr = loop {
+        let line = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("no metrics address printed");
+        if let Some(rest) = line.strip_prefix("kinformer: metrics on http://") {
+            break rest.split('/').next().unwrap().parse().unwrap();
+        }
+    };
+    let failed_lists = || {
+        server
+            .requests()
+            .records()
+            .iter()
+            .filter(|r| r.verb == "list" && r.status == 500)
+            .count()
+    };
+    until(Duration::from_secs(20), "a failed list", || {
+        (failed_lists() >= 2).then_some(())
+    });
+    assert_eq!(
+        get(addr, "/readyz").unwrap(),
+        (503, "not synced: configmaps\n".to_owned())
+    );
+    assert_eq!(get(addr, "/healthz").unwrap().0, 200);
+
+    server.faults().clear();
+    until(
+        Duration::from_secs(20),
+        "ready after the faults cleared",
+        || (get(addr, "/readyz").ok()? == (200, "ready\n".to_owned())).then_some(()),
+    );
+    assert_eq!(get(addr, "/healthz").unwrap().0, 200);
+    common::expect_graceful_stop(child, "-TERM", "terminated", &rx);
 }
