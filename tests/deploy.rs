@@ -14,11 +14,9 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -658,6 +656,7 @@ fn configured_resources() -> BTreeSet<(String, String)> {
         "the ConfigMap's config.toml does not load: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let _ = std::fs::remove_dir_all(&dir);
     let config: Value = serde_json::from_slice(&out.stdout).unwrap();
     let served = ResourceType::defaults();
     let informers = config["informers"].as_array().unwrap();
@@ -800,28 +799,6 @@ fn kubectl_applies_the_manifests_with_a_server_side_dry_run() {
 
 // ---------------------------------------------------------------- in cluster
 
-/// `/readyz`-style GET over plain HTTP: status and body.
-fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    let status = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Ok((status, body))
-}
-
 /// The value of the series `name{labels...}` in a Prometheus text page.
 fn metric(page: &str, name: &str, label: &str) -> Option<f64> {
     page.lines()
@@ -938,33 +915,19 @@ fn kinformer_runs_in_cluster_with_its_service_account_and_only_the_cluster_roles
         .env("KUBERNETES_SERVICE_HOST", "127.0.0.1")
         .env("KUBERNETES_SERVICE_PORT", &port)
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        // A file, not a pipe nobody reads while it runs.
+        .stderr(std::fs::File::create(dir.join("stderr.log")).unwrap())
         .spawn()
         .expect("spawn unshare");
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let mut seen = Vec::new();
-    let addr: SocketAddr = loop {
-        let Ok(line) = rx.recv_timeout(Duration::from_secs(30)) else {
+    let logs = || std::fs::read_to_string(dir.join("stderr.log")).unwrap_or_default();
+    let rx = common::stdout_lines(&mut child);
+    let (addr, seen) = match common::metrics_address(&rx, Duration::from_secs(30)) {
+        Ok(found) => found,
+        Err(seen) => {
             let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "no metrics address printed: {seen:?} {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        };
-        if let Some(rest) = line.strip_prefix("kinformer: metrics on http://") {
-            break rest.split('/').next().unwrap().parse().unwrap();
+            let _ = child.wait();
+            panic!("no metrics address printed: {seen:?}\n{}", logs());
         }
-        seen.push(line);
     };
     assert_eq!(
         seen.first().map(String::as_str),
@@ -978,8 +941,10 @@ fn kinformer_runs_in_cluster_with_its_service_account_and_only_the_cluster_roles
     // Ready once both informers have synced, with everything the account may see.
     let deadline = Instant::now() + Duration::from_secs(30);
     let page = loop {
-        let ready = http_get(addr, "/readyz").map(|(s, _)| s).unwrap_or(0);
-        let page = http_get(addr, "/metrics")
+        let ready = common::http_get(addr, "/readyz")
+            .map(|(s, _)| s)
+            .unwrap_or(0);
+        let page = common::http_get(addr, "/metrics")
             .map(|(_, b)| b)
             .unwrap_or_default();
         let counted = |informer: &str| {
@@ -997,7 +962,8 @@ fn kinformer_runs_in_cluster_with_its_service_account_and_only_the_cluster_roles
         }
         assert!(
             Instant::now() < deadline,
-            "not ready with every object within 30s: /readyz {ready}\n{page}"
+            "not ready with every object within 30s: /readyz {ready}\n{page}\n{}",
+            logs()
         );
         std::thread::sleep(Duration::from_millis(100));
     };
@@ -1008,7 +974,7 @@ fn kinformer_runs_in_cluster_with_its_service_account_and_only_the_cluster_roles
     let records = server.requests().records();
     assert!(!records.is_empty());
     let refused: Vec<_> = records.iter().filter(|r| r.status >= 400).collect();
-    assert!(refused.is_empty(), "refused: {refused:#?}");
+    assert!(refused.is_empty(), "refused: {refused:#?}\n{}", logs());
     assert!(records.iter().all(|r| r.user.as_deref() == Some(account)));
     let resource_verbs: BTreeSet<&str> = records
         .iter()

@@ -6,34 +6,13 @@
 
 mod common;
 
+use common::http_get as get;
+
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::Stdio;
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
-
-/// A minimal HTTP/1.1 GET (test-side only): status code and body.
-fn get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    let status = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Ok((status, body))
-}
 
 /// The status answered to a GET whose path is `len` bytes long. The server
 /// may close before reading it all (a reset after its answer): what was
@@ -116,26 +95,9 @@ fn metrics_move_with_the_workload_and_sigint_stops_gracefully() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn kinformer");
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let mut seen = Vec::new();
-    let addr: SocketAddr = loop {
-        let line = rx
-            .recv_timeout(Duration::from_secs(20))
-            .unwrap_or_else(|_| panic!("no metrics address printed: {seen:?}"));
-        if let Some(rest) = line.strip_prefix("kinformer: metrics on http://") {
-            break rest.split('/').next().unwrap().parse().unwrap();
-        }
-        seen.push(line);
-    };
+    let rx = common::stdout_lines(&mut child);
+    let (addr, _) = common::metrics_address(&rx, Duration::from_secs(20))
+        .unwrap_or_else(|seen| panic!("no metrics address printed: {seen:?}"));
 
     assert!(addr.ip().is_loopback(), "bound to {addr}");
     assert_eq!(get(addr, "/healthz").unwrap().0, 200);
@@ -255,24 +217,9 @@ fn readyz_answers_503_until_every_informer_has_synced() {
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn kinformer");
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let addr: SocketAddr = loop {
-        let line = rx
-            .recv_timeout(Duration::from_secs(20))
-            .expect("no metrics address printed");
-        if let Some(rest) = line.strip_prefix("kinformer: metrics on http://") {
-            break rest.split('/').next().unwrap().parse().unwrap();
-        }
-    };
+    let rx = common::stdout_lines(&mut child);
+    let (addr, _) = common::metrics_address(&rx, Duration::from_secs(20))
+        .unwrap_or_else(|seen| panic!("no metrics address printed: {seen:?}"));
     let failed_lists = || {
         server
             .requests()
