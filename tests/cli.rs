@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -113,21 +112,6 @@ fn run_embedded_for_5s_exits_0_with_a_summary() {
     assert!(stdout.contains("events/s"), "{stdout}");
 }
 
-/// Reads a child's stdout lines on a thread.
-fn lines(child: &mut Child) -> mpsc::Receiver<String> {
-    let stdout = child.stdout.take().expect("piped stdout");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
-}
-
 /// `kinformer ARGS` with its stdout read line by line (stderr dropped).
 fn spawn_reading(args: &[&str]) -> (Child, mpsc::Receiver<String>) {
     let mut child = kinformer()
@@ -136,7 +120,7 @@ fn spawn_reading(args: &[&str]) -> (Child, mpsc::Receiver<String>) {
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn kinformer");
-    let rx = lines(&mut child);
+    let rx = common::stdout_lines(&mut child);
     (child, rx)
 }
 
@@ -223,7 +207,7 @@ fn watch_json_prints_every_change_and_resyncs() {
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn kinformer watch");
-    let rx = lines(&mut child);
+    let rx = common::stdout_lines(&mut child);
     let limit = Duration::from_secs(15);
 
     // The initial list: proves the informer synced before the writes.
@@ -299,7 +283,7 @@ fn watch_full_includes_the_object_and_text_is_one_line_each() {
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn");
-    let rx = lines(&mut child);
+    let rx = common::stdout_lines(&mut child);
     let line = rx.recv_timeout(Duration::from_secs(15)).expect("a line");
     let v: Value = serde_json::from_str(&line).unwrap();
     assert_eq!(v["cause"], "initial");
@@ -327,7 +311,7 @@ fn watch_full_includes_the_object_and_text_is_one_line_each() {
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn");
-    let rx = lines(&mut child);
+    let rx = common::stdout_lines(&mut child);
     for _ in 0..3 {
         let line = rx.recv_timeout(Duration::from_secs(15)).expect("a line");
         assert!(line.starts_with("ADDED"), "{line}");
@@ -408,7 +392,7 @@ fn cluster_selection_follows_kubeconfig_conventions() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
-    let rx = lines(&mut child);
+    let rx = common::stdout_lines(&mut child);
     let v = expect_line(
         &rx,
         Duration::from_secs(15),
@@ -525,7 +509,7 @@ fn sigterm_stops_run_gracefully() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn kinformer");
-    let rx = lines(&mut child);
+    let rx = common::stdout_lines(&mut child);
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let line = rx
@@ -1031,7 +1015,7 @@ fn each_failure_is_logged_once_by_kinformer() {
                 .stderr(Stdio::piped())
                 .spawn()
                 .expect("spawn");
-            let rx = lines(&mut child);
+            let rx = common::stdout_lines(&mut child);
             (child, rx)
         })
         .collect();
@@ -1239,7 +1223,7 @@ fn secret_data_and_tokens_never_appear_in_output_or_logs() {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn");
-        let rx = lines(&mut child);
+        let rx = common::stdout_lines(&mut child);
         let mut out = Vec::new();
         // The initial add, then an update through the watch, then a resync.
         let deadline = Instant::now() + Duration::from_secs(20);

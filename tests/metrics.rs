@@ -1,38 +1,18 @@
 //! `kinformer run --metrics PORT`: bound to the loopback interface,
 //! `/metrics` counters move with the workload, `/healthz` and `/readyz`
-//! answer, an oversized request is refused, and Ctrl-C (SIGINT) stops the
-//! program gracefully with a summary.
+//! answer (`/readyz` 503 until every informer has synced), an oversized
+//! request is refused, and Ctrl-C (SIGINT) or SIGTERM stops the program
+//! gracefully with a summary.
 
 mod common;
 
+use common::http_get as get;
+
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::Stdio;
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
-
-/// A minimal HTTP/1.1 GET (test-side only): status code and body.
-fn get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    let status = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Ok((status, body))
-}
 
 /// The status answered to a GET whose path is `len` bytes long. The server
 /// may close before reading it all (a reset after its answer): what was
@@ -115,26 +95,9 @@ fn metrics_move_with_the_workload_and_sigint_stops_gracefully() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn kinformer");
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let mut seen = Vec::new();
-    let addr: SocketAddr = loop {
-        let line = rx
-            .recv_timeout(Duration::from_secs(20))
-            .unwrap_or_else(|_| panic!("no metrics address printed: {seen:?}"));
-        if let Some(rest) = line.strip_prefix("kinformer: metrics on http://") {
-            break rest.split('/').next().unwrap().parse().unwrap();
-        }
-        seen.push(line);
-    };
+    let rx = common::stdout_lines(&mut child);
+    let (addr, _) = common::metrics_address(&rx, Duration::from_secs(20))
+        .unwrap_or_else(|seen| panic!("no metrics address printed: {seen:?}"));
 
     assert!(addr.ip().is_loopback(), "bound to {addr}");
     assert_eq!(get(addr, "/healthz").unwrap().0, 200);
@@ -231,4 +194,55 @@ fn metrics_move_with_the_workload_and_sigint_stops_gracefully() {
 
     // Ctrl-C: a graceful stop with a summary, exit 0.
     common::expect_graceful_stop(child, "-INT", "interrupted", &rx);
+}
+
+/// The readiness probe's contract (deploy/30-deployment.yaml): `/readyz`
+/// answers 503 naming the informers still waiting while the initial list
+/// cannot succeed, and 200 once it has; `/healthz` answers 200 throughout.
+#[test]
+fn readyz_answers_503_until_every_informer_has_synced() {
+    use kinformer_apiserver::{Failure, Verb};
+    let server = common::server(1_000);
+    server.seed_configmaps("default", 20).unwrap();
+    // Every list fails until the faults are cleared.
+    server
+        .faults()
+        .fail_next(Verb::List, u32::MAX, Failure::Internal);
+    let mut child = common::kinformer_command()
+        .args(["run", "--server", &server.url(), "--for", "60s"])
+        .args(["--metrics", "0"])
+        .env("KINFORMER__ENGINE__BACKOFF__INITIAL", "20ms")
+        .env("KINFORMER__ENGINE__BACKOFF__CAP", "100ms")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn kinformer");
+    let rx = common::stdout_lines(&mut child);
+    let (addr, _) = common::metrics_address(&rx, Duration::from_secs(20))
+        .unwrap_or_else(|seen| panic!("no metrics address printed: {seen:?}"));
+    let failed_lists = || {
+        server
+            .requests()
+            .records()
+            .iter()
+            .filter(|r| r.verb == "list" && r.status == 500)
+            .count()
+    };
+    until(Duration::from_secs(20), "a failed list", || {
+        (failed_lists() >= 2).then_some(())
+    });
+    assert_eq!(
+        get(addr, "/readyz").unwrap(),
+        (503, "not synced: configmaps\n".to_owned())
+    );
+    assert_eq!(get(addr, "/healthz").unwrap().0, 200);
+
+    server.faults().clear();
+    until(
+        Duration::from_secs(20),
+        "ready after the faults cleared",
+        || (get(addr, "/readyz").ok()? == (200, "ready\n".to_owned())).then_some(()),
+    );
+    assert_eq!(get(addr, "/healthz").unwrap().0, 200);
+    common::expect_graceful_stop(child, "-TERM", "terminated", &rx);
 }

@@ -5,7 +5,8 @@
 //! lists; `Status` errors; Tables and metadata-only answers), so kube-client, kube-runtime's
 //! `watcher()` and `kubectl` work against it unchanged. Besides the core types it serves the
 //! workload types and Leases (with `status` and `scale` subresources, stored without
-//! controllers), CustomResourceDefinitions (which make their types served at run time), and
+//! controllers), RBAC's Roles, ClusterRoles and their bindings (stored only: the server's own
+//! authorizer is [`ServerConfig::auth`]), CustomResourceDefinitions (which make their types served at run time), and
 //! optionally an ownerReferences garbage collector: an envtest for Rust. Objects are kept as
 //! pre-serialised JSON and shared between the object map, a bounded history ring and every
 //! watcher, so large lists and many watchers stay cheap.

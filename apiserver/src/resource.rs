@@ -111,6 +111,9 @@ pub struct ResourceType {
     pub schemas: Vec<(String, Arc<Value>)>,
 }
 
+/// The API group of Role, ClusterRole, RoleBinding and ClusterRoleBinding.
+pub const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
+
 /// Verbs of a resource.
 pub const VERBS: [&str; 8] = [
     "create",
@@ -210,7 +213,8 @@ impl ResourceType {
 
     /// The default set: core/v1 namespaces, configmaps, secrets, pods, services, events,
     /// serviceaccounts; apps/v1 deployments, replicasets, statefulsets, daemonsets; batch/v1
-    /// jobs and cronjobs; coordination.k8s.io/v1 leases; apiextensions.k8s.io/v1
+    /// jobs and cronjobs; coordination.k8s.io/v1 leases; rbac.authorization.k8s.io/v1
+    /// roles, clusterroles, rolebindings and clusterrolebindings; apiextensions.k8s.io/v1
     /// customresourcedefinitions; and the custom `example.com/v1 Widget` (namespaced).
     pub fn defaults() -> Vec<ResourceType> {
         let core = |kind: &str, plural: &str, namespaced: bool| {
@@ -222,6 +226,9 @@ impl ResourceType {
                 .with_status(StatusRule::Separate)
                 .with_generation(true)
                 .with_categories(&["all"])
+        };
+        let rbac = |kind: &str, plural: &str, namespaced: bool| {
+            Self::new(RBAC_GROUP, "v1", kind, plural, namespaced).builtin()
         };
         vec![
             core("Namespace", "namespaces", false)
@@ -263,6 +270,12 @@ impl ResourceType {
             },
             workload("batch", "CronJob", "cronjobs").with_short_names(&["cj"]),
             Self::new("coordination.k8s.io", "v1", "Lease", "leases", true).builtin(),
+            // Stored and served only: the server's own authorizer (`ServerConfig::auth`)
+            // does not read them. No short names, as on a real server.
+            rbac("Role", "roles", true),
+            rbac("ClusterRole", "clusterroles", false),
+            rbac("RoleBinding", "rolebindings", true),
+            rbac("ClusterRoleBinding", "clusterrolebindings", false),
             Self::new(
                 "apiextensions.k8s.io",
                 "v1",
@@ -389,5 +402,8 @@ mod tests {
             find("customresourcedefinitions").short_names,
             ["crd", "crds"]
         );
+        let clusterroles = find("clusterroles");
+        assert!(!clusterroles.namespaced && !clusterroles.custom);
+        assert!(find("rolebindings").namespaced && !find("rolebindings").returns_deleted_object);
     }
 }

@@ -76,6 +76,68 @@ pub fn expect_graceful_stop(
     assert!(rest.iter().any(|l| l.starts_with("summary:")), "{rest:?}");
 }
 
+/// Reads a child's stdout lines on a thread (the child's stdout must be piped).
+pub fn stdout_lines(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// The address in `kinformer run`'s "kinformer: metrics on http://ADDR/metrics"
+/// line, and the lines before it; `Err` with those lines if none came within `limit`.
+pub fn metrics_address(
+    lines: &std::sync::mpsc::Receiver<String>,
+    limit: Duration,
+) -> Result<(std::net::SocketAddr, Vec<String>), Vec<String>> {
+    let deadline = std::time::Instant::now() + limit;
+    let mut before = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let Ok(line) = lines.recv_timeout(left) else {
+            return Err(before);
+        };
+        if let Some(rest) = line.strip_prefix("kinformer: metrics on http://")
+            && let Some(addr) = rest.split('/').next().and_then(|a| a.parse().ok())
+        {
+            return Ok((addr, before));
+        }
+        before.push(line);
+    }
+}
+
+/// A minimal HTTP/1.1 GET (test-side only, e.g. of `/metrics` or `/readyz`):
+/// status code and body.
+pub fn http_get(addr: std::net::SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
 /// An embedded server on its own runtime thread, with fast bookmarks.
 pub fn server(history_limit: usize) -> ServerHandle {
     let config = ServerConfig {
