@@ -15,7 +15,7 @@ use std::hash::Hash;
 use std::ops::Deref;
 use std::time::{Duration, Instant};
 
-use super::Hasher;
+use super::hasher::Hasher;
 use super::metrics::QueueMetrics;
 use super::priority::Priority;
 use super::queue::{Added, Get, Queue};

@@ -71,6 +71,7 @@
 
 pub mod actor;
 pub mod delaying;
+mod hasher;
 pub mod messages;
 pub mod metrics;
 pub mod parallelize;
@@ -84,7 +85,10 @@ mod properties;
 
 pub use actor::WorkQueue;
 pub use delaying::DelayingQueue;
-pub use messages::*;
+pub use messages::{
+    Add, AddAfter, AddRateLimited, Close, DrainReport, Finish, Forget, GetMetrics, Next,
+    NumRequeues, ShutDown, ShutDownWithDrain,
+};
 pub use metrics::{DURATION_BUCKETS, Histogram, QueueMetrics};
 pub use parallelize::parallelize_until;
 pub use priority::Priority;
@@ -94,7 +98,3 @@ pub use rate_limiter::{
     default_controller_rate_limiter, default_item_based_rate_limiter,
 };
 pub use rate_limiting::{Leftovers, Outcome, RateLimitingQueue};
-
-/// The maps of the queue hash every key on every add: foldhash, as the
-/// DeltaFIFO (keys come from the API server; still randomly seeded per map).
-type Hasher = foldhash::fast::RandomState;

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
 use std::time::Instant;
 
-use super::Hasher;
+use super::hasher::Hasher;
 use super::metrics::{DURATION_BUCKETS, Histogram, QueueMetrics};
 use super::priority::Priority;
 

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::hash::Hash;
 use std::time::{Duration, Instant};
 
-use super::Hasher;
+use super::hasher::Hasher;
 
 /// RL-1: when a key may be retried, and its failures so far.
 pub trait RateLimiter<K>: Send {
