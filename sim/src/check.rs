@@ -114,7 +114,7 @@ mod tests {
     fn log(events: Vec<Seen>) -> Log {
         Log {
             events,
-            view: BTreeMap::new(),
+            ..Log::default()
         }
     }
 

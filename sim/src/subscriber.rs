@@ -48,6 +48,20 @@ pub struct Log {
     pub events: Vec<Seen>,
     /// key → resourceVersion, rebuilt from the notifications.
     pub view: BTreeMap<String, String>,
+    /// Notifications recorded, whether kept in `events` or not.
+    pub count: u64,
+    /// Keep only `view` and `count`, not `events` (a long run's memory).
+    pub forget_events: bool,
+}
+
+impl Log {
+    /// A log that keeps the view and the count only.
+    pub fn view_only() -> SharedLog {
+        Arc::new(Mutex::new(Log {
+            forget_events: true,
+            ..Log::default()
+        }))
+    }
 }
 
 /// A log shared between a subscriber and its checker.
@@ -93,8 +107,11 @@ pub fn record(log: &Mutex<Log>, event: &Event<ConfigMap>) -> usize {
             }
         }
     };
-    log.events.push(seen);
-    log.events.len()
+    log.count += 1;
+    if !log.forget_events {
+        log.events.push(seen);
+    }
+    log.count as usize
 }
 
 /// How a recorder behaves.
@@ -118,7 +135,11 @@ pub struct Recorder {
 impl Recorder {
     /// Starts one; answers its address and log.
     pub fn start(behaviour: Behaviour) -> (Addr<Recorder>, SharedLog) {
-        let log = SharedLog::default();
+        Self::start_with(behaviour, SharedLog::default())
+    }
+
+    /// Starts one recording into `log`.
+    pub fn start_with(behaviour: Behaviour, log: SharedLog) -> (Addr<Recorder>, SharedLog) {
         let addr = Recorder {
             log: log.clone(),
             behaviour,
@@ -164,12 +185,7 @@ impl Handler<EventBatch<ConfigMap>> for Recorder {
     type Result = ResponseFuture<()>;
 
     fn handle(&mut self, batch: EventBatch<ConfigMap>, _: &mut Context<Self>) -> Self::Result {
-        let before = self
-            .log
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .events
-            .len();
+        let before = self.log.lock().unwrap_or_else(|p| p.into_inner()).count as usize;
         let mut n = before;
         for event in batch.iter() {
             n = record(&self.log, event);
