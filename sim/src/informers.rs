@@ -118,6 +118,7 @@ impl InformerProbe {
             streaming_lists: false,
             skip_managed_fields: false,
             high_watermark: 16_384,
+            reflector_thread: false,
         });
         let (name, selection) = match slot {
             InformerSlot::All => ("all", Selection::default()),
@@ -152,6 +153,7 @@ impl InformerProbe {
             .skip_managed_fields(engine.skip_managed_fields)
             .fifo_options(FifoOptions::default().high_watermark(engine.high_watermark))
             .streaming_lists(engine.streaming_lists && slot == InformerSlot::All)
+            .reflector_thread(engine.reflector_thread && slot == InformerSlot::All)
             .index("tier", tier_index);
         if let Some(selector) = selection.label_selector() {
             b = b.label_selector(selector);

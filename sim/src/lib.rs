@@ -37,9 +37,10 @@ pub mod run;
 pub mod schedule;
 pub mod soak;
 pub mod subscriber;
+pub mod watchdog;
 pub mod world;
 
 pub use informers::InformerProbe;
-pub use run::{Probe, RunOutcome, reproduction, simulate};
+pub use run::{Probe, RunOutcome, reproduction, simulate, simulate_within};
 pub use schedule::{Profile, Schedule, generate};
 pub use world::World;

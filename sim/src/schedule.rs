@@ -285,6 +285,8 @@ pub struct EngineChoice {
     pub skip_managed_fields: bool,
     /// The DeltaFIFO's high watermark.
     pub high_watermark: usize,
+    /// The `All` informer's Reflector on a thread of its own.
+    pub reflector_thread: bool,
 }
 
 /// The shape of the schedules to generate.
@@ -617,6 +619,7 @@ pub fn generate(seed: u64, profile: Profile) -> Schedule {
         streaming_lists: g.rng.random_ratio(1, 3),
         skip_managed_fields: g.rng.random_bool(0.5),
         high_watermark: if g.rng.random_bool(0.5) { 16 } else { 16_384 },
+        reflector_thread: g.rng.random_ratio(1, 4),
     };
     let seeded = g.rng.random_range(0..usize::from(profile.names) * 2);
     let mut seed_objects = Vec::new();

@@ -153,7 +153,8 @@ impl Writer {
                     std::thread::sleep(Duration::from_millis(1));
                     continue;
                 }
-                for _ in done..due.min(done + 64) {
+                let batch = due.min(done + 64) - done;
+                for _ in 0..batch {
                     let n = rng.random_range(0..objects);
                     let name = format!("s{n}");
                     let ok = if !live[n] {

@@ -15,7 +15,10 @@ use std::path::Path;
 use kinformer_sim::fuzz;
 use proptest::prelude::*;
 
-const TARGETS: [(&str, fn(&[u8])); 5] = [
+/// A fuzz target's body: takes any bytes, must not panic.
+type Target = fn(&[u8]);
+
+const TARGETS: [(&str, Target); 5] = [
     ("watch_line", fuzz::watch_line),
     ("list_page", fuzz::list_page),
     ("label_selector", fuzz::label_selector),
@@ -28,9 +31,8 @@ fn every_target_takes_its_corpus() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus");
     let mut n = 0;
     for (name, target) in TARGETS {
-        let Ok(dir) = std::fs::read_dir(root.join(name)) else {
-            continue;
-        };
+        let dir = std::fs::read_dir(root.join(name))
+            .unwrap_or_else(|e| panic!("no corpus for {name} under {}: {e}", root.display()));
         for entry in dir.flatten() {
             let data = std::fs::read(entry.path()).unwrap();
             target(&data);

@@ -9,15 +9,31 @@
 //! divergence with its reproduction) is `cargo run --release -p
 //! kinformer-sim --bin kinformer-sim -- --help` (RELIABILITY.md).
 
+use std::collections::BTreeMap;
+use std::time::Duration;
+
 use kinformer_sim::run::profile_named;
-use kinformer_sim::{InformerProbe, Profile, RunOutcome, generate, simulate};
+use kinformer_sim::schedule::{Consumer, Step};
+use kinformer_sim::{
+    InformerProbe, Probe, Profile, RunOutcome, Schedule, World, generate, simulate, simulate_within,
+};
+use tokio::time::Instant;
 
 /// Seeds that once diverged, with their profile and what they found; each
 /// runs on every CI run.
 const REGRESSIONS: &[(u64, &str, &str)] = &[];
 
-/// Schedules per batch test; `BATCHES` tests run in parallel.
-const PER_BATCH: u64 = 25;
+/// Schedules per batch test by default: 4 tests make 24 schedules, about
+/// 10 s on two cores (RELIABILITY.md); `KINFORMER_SIM_PER_BATCH=50` runs the
+/// issue's batch of 200.
+const PER_BATCH: u64 = 6;
+
+fn per_batch() -> u64 {
+    std::env::var("KINFORMER_SIM_PER_BATCH")
+        .ok()
+        .and_then(|b| b.parse().ok())
+        .unwrap_or(PER_BATCH)
+}
 
 async fn run_seeds(seeds: impl IntoIterator<Item = u64>, profile: Profile) -> Vec<RunOutcome> {
     let mut failed = Vec::new();
@@ -59,8 +75,9 @@ fn base() -> u64 {
 }
 
 async fn batch(n: u64) {
-    let start = base() + n * PER_BATCH;
-    let failed = run_seeds(start..start + PER_BATCH, Profile::QUICK).await;
+    let per_batch = per_batch();
+    let start = base() + n * per_batch;
+    let failed = run_seeds(start..start + per_batch, Profile::QUICK).await;
     assert_none_failed(&failed);
 }
 
@@ -82,6 +99,49 @@ async fn quick_batch_2() {
 #[actix::test]
 async fn quick_batch_3() {
     batch(3).await;
+}
+
+/// A probe whose consumer steps never finish: a hang.
+struct HangingProbe;
+
+impl Probe for HangingProbe {
+    async fn start(&mut self, _: &mut World, _: &Schedule) -> anyhow::Result<()> {
+        Ok(())
+    }
+    async fn consumer(&mut self, _: &mut World, _: &Consumer) {
+        std::future::pending::<()>().await;
+    }
+    fn sample(&mut self, _: &World) {}
+    async fn settle(&mut self, _: &mut World, _: Instant) -> Vec<String> {
+        Vec::new()
+    }
+    async fn finish(&mut self) {}
+    fn summary(&self) -> BTreeMap<&'static str, u64> {
+        BTreeMap::new()
+    }
+}
+
+#[actix::test]
+async fn a_hung_step_fails_the_run_naming_the_seed_and_the_step() {
+    let schedule = generate(3, Profile::QUICK);
+    let first = schedule
+        .steps
+        .iter()
+        .position(|s| matches!(s, Step::Consumer(_)))
+        .expect("seed 3 has a consumer step");
+    let limit = Duration::from_secs(2);
+    let t0 = Instant::now();
+    let outcome = simulate_within(&schedule, &mut HangingProbe, limit).await;
+    let hang = outcome
+        .divergences
+        .iter()
+        .find(|d| d.contains("a hang"))
+        .unwrap_or_else(|| panic!("no hang reported: {:?}", outcome.divergences));
+    assert!(hang.starts_with("seed 3: "), "{hang}");
+    assert!(hang.contains(&format!("step {first} (Consumer(")), "{hang}");
+    // The run ended at the hang: no later step ran, nothing waited for the
+    // 25 s of settling.
+    assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
 }
 
 #[actix::test]

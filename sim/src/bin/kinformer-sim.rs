@@ -88,7 +88,7 @@ fn main() -> anyhow::Result<()> {
     };
     while threads.iter().any(|t| !t.is_finished()) {
         std::thread::sleep(Duration::from_millis(200));
-        if t0.elapsed().as_secs() % 30 == 0 {
+        if t0.elapsed().as_secs().is_multiple_of(30) {
             report(false);
             std::thread::sleep(Duration::from_secs(1));
         }
