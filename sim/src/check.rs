@@ -3,9 +3,25 @@
 
 use std::collections::BTreeMap;
 
-use kinformer::Cause;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kinformer::{Cause, Informer};
 
 use crate::subscriber::{Kind, Log, Seen};
+
+/// An informer's cache as a view: key to resourceVersion.
+pub fn cache_view(informer: &Informer<ConfigMap>) -> BTreeMap<String, String> {
+    informer
+        .store()
+        .snapshot()
+        .iter()
+        .map(|(k, o)| {
+            (
+                k.to_string(),
+                o.metadata.resource_version.clone().unwrap_or_default(),
+            )
+        })
+        .collect()
+}
 
 /// How a view differs from the truth: one line per key, at most `most`.
 pub fn view_diff(

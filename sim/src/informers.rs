@@ -14,7 +14,7 @@ use kinformer::{
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::check::{history_of, stream_violations, view_diff};
+use crate::check::{cache_view, history_of, stream_violations, view_diff};
 use crate::run::Probe;
 use crate::schedule::{Consumer, EngineChoice, InformerSlot, Schedule, SubscriberKind, TIER_LABEL};
 use crate::subscriber::{Behaviour, PipelinedRecorder, Recorder, SharedLog};
@@ -79,20 +79,6 @@ fn tier_index(cm: &ConfigMap) -> Result<Vec<String>, String> {
         .and_then(|l| l.get(TIER_LABEL).cloned())
         .into_iter()
         .collect())
-}
-
-fn cache_view(informer: &Informer<ConfigMap>) -> BTreeMap<String, String> {
-    informer
-        .store()
-        .snapshot()
-        .iter()
-        .map(|(k, o)| {
-            (
-                k.to_string(),
-                o.metadata.resource_version.clone().unwrap_or_default(),
-            )
-        })
-        .collect()
 }
 
 impl InformerProbe {

@@ -4,7 +4,6 @@
 //! server's; what does not is counted lost. Reports the RSS slope, events
 //! lost (must be 0), relists and watch restarts.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -19,7 +18,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::json;
 use tokio::time::Instant;
 
-use crate::check::view_diff;
+use crate::check::{cache_view, view_diff};
 use crate::subscriber::{Behaviour, Log, Recorder, SharedLog};
 use crate::world::{Selection, client_for, view_of};
 
@@ -263,20 +262,6 @@ async fn fault(server: &ServerHandle, n: u64) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-fn cache_view(informer: &Informer<ConfigMap>) -> BTreeMap<String, String> {
-    informer
-        .store()
-        .snapshot()
-        .iter()
-        .map(|(k, o)| {
-            (
-                k.to_string(),
-                o.metadata.resource_version.clone().unwrap_or_default(),
-            )
-        })
-        .collect()
 }
 
 /// Runs a soak; must run inside an actix System. `progress` gets one line
