@@ -7,6 +7,8 @@ pub mod build;
 pub mod cli;
 pub mod cluster;
 pub mod config;
+#[cfg(test)]
+mod config_fuzz;
 pub mod discovery;
 pub mod get;
 pub mod http;

@@ -1,0 +1,4 @@
+#![no_main]
+//! cargo fuzz target: `kinformer_sim::fuzz::list_page` (no input may panic).
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| kinformer_sim::fuzz::list_page(data));
