@@ -22,7 +22,7 @@ use k8s_openapi::jiff::Timestamp;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use super::messages::{Finished, LeaderEvent, StepDownReason};
+use super::messages::{Finished, LeaderEvent, StepDownReason, StopMode};
 use super::timings::{ElectionTimings, JITTER_FACTOR};
 
 /// What the elector asks of the API server. Updates carry the
@@ -41,7 +41,7 @@ pub enum Request {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Answer {
     /// The Lease as read or written.
-    Lease(Lease),
+    Lease(Box<Lease>),
     /// 404: there is no such Lease.
     Missing,
     /// 409 (a stale resourceVersion, or a create that found the Lease): a
@@ -186,11 +186,11 @@ impl Election {
         let releasing = matches!(self.phase, Phase::Releasing { .. });
         match (op, checked(answer)) {
             (Op::Release, Answer::Lease(lease)) => {
-                self.observe(lease, now, &mut fx);
+                self.observe(*lease, now, &mut fx);
                 self.finish(Finished::Released, &mut fx);
             }
             (Op::Get, Answer::Lease(lease)) => {
-                self.observe(lease, now, &mut fx);
+                self.observe(*lease, now, &mut fx);
                 if releasing {
                     self.release_or_finish(now, wall, &mut fx);
                 } else {
@@ -198,7 +198,7 @@ impl Election {
                 }
             }
             (Op::Create | Op::FastRenew | Op::Update, Answer::Lease(lease)) => {
-                self.observe(lease, now, &mut fx);
+                self.observe(*lease, now, &mut fx);
                 if releasing {
                     self.release_or_finish(now, wall, &mut fx);
                 } else {
@@ -228,22 +228,21 @@ impl Election {
         self.done(fx)
     }
 
-    /// Stop: step down at once, then release the Lease (`release`, LE-8) or
-    /// leave it to expire. A request in flight is awaited before the release.
-    pub fn stop(&mut self, now: Instant, wall: Timestamp, release: bool) -> Effects {
+    /// Stop: step down at once, then release the Lease or leave it to
+    /// expire (LE-8). A request in flight is awaited before the release.
+    pub fn stop(&mut self, now: Instant, wall: Timestamp, mode: StopMode) -> Effects {
         let mut fx = Effects::default();
         if self.phase != Phase::Running {
             return self.done(fx);
         }
-        let reason = if release {
-            StepDownReason::Stopped
-        } else {
-            StepDownReason::Abandoned
+        let reason = match mode {
+            StopMode::Release => StepDownReason::Stopped,
+            StopMode::Abandon => StepDownReason::Abandoned,
         };
         if self.leading.is_some() {
             self.step_down(now, reason, &mut fx);
         }
-        if !release {
+        if mode == StopMode::Abandon {
             self.finish(Finished::Abandoned, &mut fx);
             return self.done(fx);
         }

@@ -1,7 +1,6 @@
 //! The handle a service holds: [`LeaderElector`], built by
 //! [`LeaderElectorBuilder`].
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -94,7 +93,7 @@ impl LeaderElectorBuilder {
         let (leading_tx, leading) = watch::channel(false);
         let (holder_tx, holder) = watch::channel(None);
         let outputs = Outputs {
-            leading: Arc::new(leading_tx),
+            leading: leading_tx,
             holder: holder_tx,
             events: self.events.clone(),
         };

@@ -8,7 +8,6 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -24,7 +23,7 @@ use super::messages::{Finished, LeaderEvent, StepDownReason, StopMode};
 pub(super) struct Outputs {
     /// Whether this elector leads; set to `false` when the task ends in any
     /// way (drop guard), so a gate never stays open after a panic or abort.
-    pub leading: Arc<watch::Sender<bool>>,
+    pub leading: watch::Sender<bool>,
     /// The holder the Lease named when last observed.
     pub holder: watch::Sender<Option<String>>,
     /// Leadership events (LE-10); sent only while someone listens.
@@ -60,10 +59,9 @@ pub(super) async fn run(
             mode = &mut stop, if stop_pending => {
                 stop_pending = false;
                 // A dropped handle stops gracefully, releasing.
-                let release = mode.unwrap_or(StopMode::Release) == StopMode::Release;
-                election.stop(now(), Timestamp::now(), release)
+                election.stop(now(), Timestamp::now(), mode.unwrap_or(StopMode::Release))
             }
-            answer = async { in_flight.as_mut().expect("guarded").await }, if in_flight.is_some() => {
+            answer = answer_of(&mut in_flight), if in_flight.is_some() => {
                 in_flight = None;
                 if let Answer::Failed(reason) = &answer {
                     tracing::warn!(%reason, "Lease request failed");
@@ -86,6 +84,13 @@ pub(super) async fn run(
             in_flight = Some(perform(api.clone(), lease_name.clone(), request, timeout));
         }
         wake = wake_at;
+    }
+}
+
+async fn answer_of(in_flight: &mut Option<InFlight>) -> Answer {
+    match in_flight {
+        Some(request) => request.await,
+        None => std::future::pending().await,
     }
 }
 
@@ -121,6 +126,10 @@ fn publish(election: &Election, fx: &Effects, outputs: &Outputs) {
     }
 }
 
+fn answered(lease: Lease) -> Answer {
+    Answer::Lease(Box::new(lease))
+}
+
 /// One request, bounded by `timeout`, its outcome classified (LE-3).
 fn perform(api: Api<Lease>, name: String, request: Request, timeout: Duration) -> InFlight {
     Box::pin(async move {
@@ -130,11 +139,9 @@ fn perform(api: Api<Lease>, name: String, request: Request, timeout: Duration) -
                 Request::Get => api
                     .get_opt(&name)
                     .await
-                    .map(|lease| lease.map_or(Answer::Missing, Answer::Lease)),
-                Request::Create(lease) => api.create(&params, &lease).await.map(Answer::Lease),
-                Request::Update(lease) => {
-                    api.replace(&name, &params, &lease).await.map(Answer::Lease)
-                }
+                    .map(|lease| lease.map_or(Answer::Missing, answered)),
+                Request::Create(lease) => api.create(&params, &lease).await.map(answered),
+                Request::Update(lease) => api.replace(&name, &params, &lease).await.map(answered),
             }
         };
         match tokio::time::timeout(timeout, call).await {

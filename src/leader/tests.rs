@@ -10,7 +10,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::election::{Answer, Effects, Election, Request};
 use super::error::TimingsError;
-use super::messages::{Finished, LeaderEvent, StepDownReason};
+use super::messages::{Finished, LeaderEvent, StepDownReason, StopMode};
 use super::timings::{ElectionTimings, JITTER_FACTOR};
 
 const LEASE: Duration = Duration::from_secs(1);
@@ -38,7 +38,10 @@ struct Server {
 impl Server {
     fn handle(&mut self, request: &Request) -> Answer {
         match request {
-            Request::Get => self.lease.clone().map_or(Answer::Missing, Answer::Lease),
+            Request::Get => self
+                .lease
+                .clone()
+                .map_or(Answer::Missing, |l| Answer::Lease(Box::new(l))),
             Request::Create(_) if self.lease.is_some() => Answer::Conflict,
             Request::Create(lease) => self.store(lease.clone()),
             Request::Update(lease) => match &self.lease {
@@ -48,7 +51,9 @@ impl Server {
                 {
                     Answer::Conflict
                 }
-                Some(current) if current.spec == lease.spec => Answer::Lease(current.clone()),
+                Some(current) if current.spec == lease.spec => {
+                    Answer::Lease(Box::new(current.clone()))
+                }
                 Some(_) => self.store(lease.clone()),
             },
         }
@@ -59,7 +64,7 @@ impl Server {
         lease.metadata.resource_version = Some(self.rv.to_string());
         self.writes.push(lease.spec.clone().unwrap_or_default());
         self.lease = Some(lease.clone());
-        Answer::Lease(lease)
+        Answer::Lease(Box::new(lease))
     }
 
     /// A write by someone else that leaves the spec alone (a label).
@@ -224,9 +229,9 @@ impl Sim {
         self.run_until(self.now + by);
     }
 
-    fn stop(&mut self, i: usize, release: bool) {
+    fn stop(&mut self, i: usize, mode: StopMode) {
         let wall = self.wall(i);
-        let fx = self.nodes[i].election.stop(self.now, wall, release);
+        let fx = self.nodes[i].election.stop(self.now, wall, mode);
         self.apply(i, fx);
     }
 
@@ -279,22 +284,19 @@ impl Sim {
 
     /// No two replicas lead at once (LE-7: with one clock rate, the bound is zero).
     fn assert_one_leader_at_a_time(&self) {
-        for i in 0..self.nodes.len() {
-            for j in i + 1..self.nodes.len() {
-                for (s1, e1) in self.intervals(i) {
-                    for (s2, e2) in self.intervals(j) {
-                        assert!(
-                            e1 <= s2 || e2 <= s1,
-                            "{} led {:?}..{:?} and {} led {:?}..{:?}",
-                            NAMES[i],
-                            s1 - self.start,
-                            e1 - self.start,
-                            NAMES[j],
-                            s2 - self.start,
-                            e2 - self.start
-                        );
-                    }
-                }
+        let all: Vec<_> = (0..self.nodes.len())
+            .flat_map(|i| self.intervals(i).into_iter().map(move |iv| (NAMES[i], iv)))
+            .collect();
+        for (n, (x, (s1, e1))) in all.iter().enumerate() {
+            for (y, (s2, e2)) in &all[n + 1..] {
+                assert!(
+                    x == y || e1 <= s2 || e2 <= s1,
+                    "{x} led {:?}..{:?} and {y} led {:?}..{:?}",
+                    *s1 - self.start,
+                    *e1 - self.start,
+                    *s2 - self.start,
+                    *e2 - self.start
+                );
             }
         }
     }
@@ -459,9 +461,9 @@ fn le7_a_leader_that_cannot_renew_steps_down_at_the_deadline_before_expiry() {
     sim.nodes[a].cut_off = true;
     let last_success = sim
         .requests(a)
-        .filter(|(_, r)| matches!(r, Request::Update(_)))
+        .rev()
+        .find(|(_, r)| matches!(r, Request::Update(_)))
         .map(|(at, _)| *at)
-        .last()
         .unwrap();
     sim.advance(Duration::from_secs(3));
     let downs = sim.stepped_down(a);
@@ -500,7 +502,7 @@ fn le8_a_graceful_stop_steps_down_then_clears_the_holder_and_a_successor_takes_o
     sim.advance(Duration::from_millis(50));
     let b = sim.add();
     sim.advance(Duration::from_millis(700));
-    sim.stop(a, true);
+    sim.stop(a, StopMode::Release);
     assert_eq!(
         sim.stepped_down(a).last().unwrap().1,
         StepDownReason::Stopped
@@ -532,7 +534,7 @@ fn le8_a_stop_while_a_renew_is_in_flight_releases_after_its_answer() {
     let renew_at = sim.nodes[a].wake.unwrap();
     sim.run_until(renew_at);
     assert!(sim.nodes[a].pending.is_some(), "a renew in flight");
-    sim.stop(a, true);
+    sim.stop(a, StopMode::Release);
     assert!(!sim.nodes[a].election.is_leader());
     assert!(
         sim.nodes[a].pending.is_some(),
@@ -549,7 +551,7 @@ fn le8_a_release_that_loses_a_race_rereads_and_releases_again() {
     let a = sim.add();
     sim.advance(Duration::from_millis(50));
     sim.server.touch();
-    sim.stop(a, true);
+    sim.stop(a, StopMode::Release);
     sim.advance(LATENCY * 4);
     assert_eq!(sim.nodes[a].finished, Some(Finished::Released));
     assert_eq!(holder(&sim.server.spec()), None);
@@ -573,13 +575,13 @@ fn le8_a_release_gives_up_at_the_renew_deadline() {
     sim.advance(Duration::from_millis(50));
     sim.nodes[a].cut_off = true;
     let stopped = sim.now;
-    sim.stop(a, true);
+    sim.stop(a, StopMode::Release);
     sim.advance(Duration::from_secs(2));
     assert!(matches!(
         sim.nodes[a].finished,
         Some(Finished::ReleaseFailed { .. })
     ));
-    let last = sim.requests(a).last().unwrap().0;
+    let last = sim.nodes[a].sent.last().unwrap().0;
     assert!(last < stopped + RENEW);
     assert_eq!(holder(&sim.server.spec()), Some("a"));
 }
@@ -592,7 +594,7 @@ fn le8_stopping_a_follower_releases_nothing() {
     let b = sim.add();
     sim.advance(Duration::from_millis(300));
     let writes = sim.server.writes.len();
-    sim.stop(b, true);
+    sim.stop(b, StopMode::Release);
     sim.advance(LATENCY * 2);
     assert_eq!(sim.nodes[b].finished, Some(Finished::NotHolding));
     assert!(sim.stepped_down(b).is_empty());
@@ -611,9 +613,9 @@ fn le8_an_abandoned_lease_is_taken_only_once_it_expired() {
     sim.advance(Duration::from_millis(50));
     let b = sim.add();
     sim.advance(Duration::from_millis(500));
-    let last_write = sim.requests(a).last().unwrap().0;
+    let last_write = sim.nodes[a].sent.last().unwrap().0;
     let abandoned = sim.now;
-    sim.stop(a, false);
+    sim.stop(a, StopMode::Abandon);
     assert_eq!(sim.nodes[a].finished, Some(Finished::Abandoned));
     assert_eq!(
         sim.stepped_down(a).last().unwrap().1,
@@ -702,7 +704,7 @@ fn le10_a_new_leader_is_reported_once_per_holder() {
     let b = sim.add();
     let c = sim.add();
     sim.advance(Duration::from_secs(2));
-    sim.stop(a, true);
+    sim.stop(a, StopMode::Release);
     sim.advance(Duration::from_secs(2));
     let reported = |i: usize| -> Vec<String> {
         sim.nodes[i]
@@ -728,7 +730,8 @@ fn le3_a_lease_answered_without_a_resource_version_is_never_updated() {
     let wall = Timestamp::from_second(1_800_000_000).unwrap();
     let mut e = Election::new("a", "lock", timings(), 1, start);
     assert_eq!(e.tick(start, wall).request, Some(Request::Get));
-    let fx = e.answer(start, wall, Answer::Lease(lease_held_by(None, 0, wall)));
+    let no_rv = lease_held_by(None, 0, wall);
+    let fx = e.answer(start, wall, Answer::Lease(Box::new(no_rv)));
     assert_eq!(fx.request, None);
     assert!(!e.is_leader());
     let next = fx.wake_at.unwrap();
