@@ -150,6 +150,36 @@ async fn one_leader(candidates: &mut [Candidate], what: &str) -> usize {
     candidates.iter().position(Candidate::is_leader).unwrap()
 }
 
+/// Three electors, one of which leads, after the others saw a few renews.
+async fn settled_leader() -> (ServerHandle, Vec<Candidate>, usize) {
+    let server = lease_server();
+    let mut candidates = three(&server);
+    let leader = one_leader(&mut candidates, "a first leader").await;
+    tokio::time::sleep(TIMINGS.lease_duration / 2).await;
+    (server, candidates, leader)
+}
+
+/// After a takeover: the Lease names `next`, one transition later, and no
+/// two electors led at once.
+fn assert_taken_over(server: &ServerHandle, candidates: &mut [Candidate], next: usize) {
+    let spec = lease_spec(server);
+    assert_eq!(
+        spec.holder_identity.as_deref(),
+        Some(candidates[next].identity)
+    );
+    assert_eq!(spec.lease_transitions, Some(1));
+    assert_one_leader_at_a_time(candidates);
+}
+
+/// Stops the electors still running (each releases what it holds).
+async fn stop_all(candidates: &mut [Candidate]) {
+    for c in candidates {
+        if let Some(elector) = c.elector.take() {
+            elector.stop().await.unwrap();
+        }
+    }
+}
+
 /// LE-7: no two electors led at once (one clock rate, no pauses past the
 /// margin `lease_duration - renew_deadline`: the bound is zero).
 fn assert_one_leader_at_a_time(candidates: &mut [Candidate]) {
@@ -228,18 +258,12 @@ async fn le7_three_electors_one_leader_at_a_time() {
         assert_eq!(seen.as_deref(), Some(identity), "{} sees", c.identity);
     }
     assert_one_leader_at_a_time(&mut candidates);
-    for c in &mut candidates {
-        c.elector.take().unwrap().stop().await.unwrap();
-    }
+    stop_all(&mut candidates).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn le11_an_abandoned_leader_is_replaced_within_a_lease_duration_and_a_retry() {
-    let server = lease_server();
-    let mut candidates = three(&server);
-    let leader = one_leader(&mut candidates, "a first leader").await;
-    // Let the followers see a few renews.
-    tokio::time::sleep(TIMINGS.lease_duration / 2).await;
+    let (server, mut candidates, leader) = settled_leader().await;
     let died = Instant::now();
     candidates[leader].elector.take().unwrap().abandon().await;
     let next = one_leader(&mut candidates, "a successor").await;
@@ -263,26 +287,13 @@ async fn le11_an_abandoned_leader_is_replaced_within_a_lease_duration_and_a_retr
             ..
         }
     )));
-    let spec = lease_spec(&server);
-    assert_eq!(
-        spec.holder_identity.as_deref(),
-        Some(candidates[next].identity)
-    );
-    assert_eq!(spec.lease_transitions, Some(1));
-    assert_one_leader_at_a_time(&mut candidates);
-    for c in &mut candidates {
-        if let Some(elector) = c.elector.take() {
-            elector.stop().await.unwrap();
-        }
-    }
+    assert_taken_over(&server, &mut candidates, next);
+    stop_all(&mut candidates).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn le11_a_graceful_stop_hands_over_within_a_retry() {
-    let server = lease_server();
-    let mut candidates = three(&server);
-    let leader = one_leader(&mut candidates, "a first leader").await;
-    tokio::time::sleep(TIMINGS.lease_duration / 2).await;
+    let (server, mut candidates, leader) = settled_leader().await;
     let outcome = candidates[leader].elector.take().unwrap().stop().await;
     let released = Instant::now();
     assert_eq!(outcome.unwrap(), StopOutcome::Released);
@@ -294,13 +305,7 @@ async fn le11_a_graceful_stop_hands_over_within_a_retry() {
         "{took:?} > {:?}",
         release_handover_bound()
     );
-    let spec = lease_spec(&server);
-    assert_eq!(
-        spec.holder_identity.as_deref(),
-        Some(candidates[next].identity)
-    );
-    assert_eq!(spec.lease_transitions, Some(1));
-    assert_one_leader_at_a_time(&mut candidates);
+    assert_taken_over(&server, &mut candidates, next);
     // The followers hold nothing; the successor releases last.
     let order = (0..candidates.len()).filter(|i| *i != next).chain([next]);
     for i in order.collect::<Vec<_>>() {
