@@ -23,6 +23,9 @@
 //! # }
 //! ```
 //!
+//! `examples/leader_election.rs` runs three replica processes on the embedded
+//! API server (or a cluster, `-- --kubeconfig`) through a SIGKILL and a SIGTERM.
+//!
 //! Crates evaluated instead of writing this (checked against kube 5 and the
 //! rules above): `kube-leader-election` 0.44 (kube 4; judges expiry by
 //! comparing the holder's `renewTime` with the local wall clock, so clock
