@@ -46,6 +46,7 @@ pub mod controller;
 mod error;
 mod factory;
 mod informer;
+pub mod leader;
 mod store;
 mod subscription;
 mod wait;
@@ -65,6 +66,10 @@ pub use kinformer_actors::reflector::{Backoff, RequestFailure, WatchEndReason};
 pub use kinformer_actors::resync::MINIMUM_RESYNC_PERIOD;
 pub use kinformer_actors::{
     Cause, DeletedObject, Event, EventBatch, KeyError, ObjectKey, SubscriberId, Tombstone,
+};
+pub use leader::{
+    ElectionTimings, LeaderElector, LeaderElectorBuilder, LeaderError, LeaderEvent, StepDownReason,
+    StopOutcome,
 };
 pub use store::Store;
 pub use subscription::{SubscribeOptions, Subscription, SubscriptionStats};
