@@ -15,8 +15,8 @@ use kinformer_actors::indexer::{
 use kinformer_actors::listener::{Listener, ListenerOptions, ListenerStats, StopListener, Target};
 use kinformer_actors::reflector::decode::DecodeOptions;
 use kinformer_actors::reflector::{
-    Backoff, ListWatch, Reflector, ReflectorOptions, ReflectorStats, RequestFailure, StopReflector,
-    Transform, WatchEndReason,
+    Backoff, KubeSource, ListWatch, Reflector, ReflectorOptions, ReflectorStats, RequestFailure,
+    StopReflector, Transform, WatchEndReason,
 };
 use kinformer_actors::resync::{CancelResync, ResyncTimer, ScheduleResync, StopResync};
 use kinformer_actors::{Event, EventBatch};
@@ -82,9 +82,11 @@ where
         self
     }
 
-    /// Page size of lists (default 500; 0 = unpaginated).
+    /// Page size of every list, relists at a resourceVersion included (R-10;
+    /// 0 = unpaginated). Unset, lists ask for 500 and relists at a
+    /// resourceVersion are unpaginated, so that the watch cache serves them.
     pub fn page_size(mut self, page_size: u32) -> Self {
-        self.reflector.page_size = page_size;
+        self.reflector.page_size = Some(page_size);
         self
     }
 
@@ -215,7 +217,7 @@ where
         .start();
         let resync = ResyncTimer::new(indexer.clone().recipient()).start();
         let (rv_tx, rv) = watch::channel(String::new());
-        let source = ListWatch {
+        let source = KubeSource::new(ListWatch {
             api: self.api,
             label_selector: self.label_selector,
             field_selector: self.field_selector,
@@ -224,7 +226,7 @@ where
             },
             read_timeout: self.reflector.read_timeout,
             failures: stats.reflector.last_failure.clone(),
-        };
+        });
         let reflector_stats = stats.reflector.clone();
         let transform = self.transform;
         let options = self.reflector;

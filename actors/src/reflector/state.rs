@@ -7,8 +7,9 @@
 //! Rules implemented:
 //! - R-9 relist resourceVersion: `""` after an expired/too-large list, `"0"`
 //!   before the first sync, otherwise the last synced RV ("not older than").
-//! - page size: configured size for `""`/`"0"`; unpaginated for a
-//!   specific RV unless an earlier list at `"0"` came back paginated.
+//! - page size: an explicitly configured size for every list; by
+//!   default 500 for `""`/`"0"`, and unpaginated for a specific RV unless an
+//!   earlier list at `"0"` came back paginated.
 //! - R-12 a list failing with 410 or "too large resource version" retries at
 //!   once with `""`; other list errors back off and relist.
 //! - R-13 a successful list records its RV and clears the unavailable flag.
@@ -33,6 +34,9 @@
 use std::time::{Duration, Instant};
 
 use super::backoff::Backoff;
+
+/// The page size of lists when none is configured.
+pub const DEFAULT_PAGE_SIZE: u32 = 500;
 
 /// A watch shorter than this with no event is an error.
 pub const VERY_SHORT_WATCH: Duration = Duration::from_secs(1);
@@ -121,8 +125,10 @@ pub enum WatchEnd {
 /// Configuration of the rules that users may tune.
 #[derive(Debug, Clone)]
 pub struct ReflectorOptions {
-    /// Page size of a paginated list; 0 disables pagination.
-    pub page_size: u32,
+    /// Page size of lists: `None` for the default (500, and relists at
+    /// a resourceVersion unpaginated so that the watch cache serves them);
+    /// `Some(n)` for `n` on every list; `Some(0)` for no pagination.
+    pub page_size: Option<u32>,
     /// Try streaming lists before plain lists.
     pub streaming_lists: bool,
     /// The backoff used between failed attempts.
@@ -142,7 +148,7 @@ pub struct ReflectorOptions {
 impl Default for ReflectorOptions {
     fn default() -> Self {
         ReflectorOptions {
-            page_size: 500,
+            page_size: None,
             streaming_lists: false,
             backoff: Backoff::default(),
             min_watch_timeout: MIN_WATCH_TIMEOUT,
@@ -154,7 +160,7 @@ impl Default for ReflectorOptions {
 /// The Reflector's memory across lists, watches and actor restarts.
 #[derive(Debug, Clone)]
 pub struct ReflectorState {
-    page_size: u32,
+    page_size: Option<u32>,
     streaming_lists: bool,
     backoff: Backoff,
     min_watch_timeout: Duration,
@@ -216,11 +222,12 @@ impl ReflectorState {
         } else {
             ListVersion::NotOlderThan(self.last_sync_rv.clone())
         };
-        let page_size = match version {
-            _ if self.page_size == 0 => None,
+        let page_size = match (self.page_size, &version) {
+            (Some(0), _) => None,
+            (Some(size), _) => Some(size),
             // A specific RV is served from the watch cache only unpaginated (k8s#86430).
-            ListVersion::NotOlderThan(_) if !self.paginated_result => None,
-            _ => Some(self.page_size),
+            (None, ListVersion::NotOlderThan(_)) if !self.paginated_result => None,
+            (None, _) => Some(DEFAULT_PAGE_SIZE),
         };
         // A streaming list starts at "" or at the last RV; it needs no pages.
         let streaming = self.streaming_lists;
@@ -379,6 +386,34 @@ mod tests {
         let mut s = state();
         s.list_succeeded("10", true);
         assert_eq!(s.list_request().page_size, Some(500));
+    }
+
+    #[test]
+    fn r_10_an_explicit_page_size_applies_to_every_list() {
+        let t = Instant::now();
+        let mut s = ReflectorState::new(ReflectorOptions {
+            page_size: Some(4),
+            ..Default::default()
+        });
+        assert_eq!(s.list_request().page_size, Some(4));
+        s.list_succeeded("10", false);
+        assert_eq!(
+            s.list_request(),
+            ListRequest {
+                version: ListVersion::NotOlderThan("10".into()),
+                page_size: Some(4),
+                streaming: false
+            }
+        );
+        assert_eq!(s.list_failed(&Failure::Expired, false, t, 0.0), Next::List);
+        assert_eq!(s.list_request().page_size, Some(4));
+        let mut unpaginated = ReflectorState::new(ReflectorOptions {
+            page_size: Some(0),
+            ..Default::default()
+        });
+        assert_eq!(unpaginated.list_request().page_size, None);
+        unpaginated.list_succeeded("10", true);
+        assert_eq!(unpaginated.list_request().page_size, None);
     }
 
     #[test]
