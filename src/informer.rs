@@ -311,6 +311,8 @@ pub struct WatchEnds {
     pub throttled: u64,
     /// Connection refused: backed off and re-watched.
     pub refused: u64,
+    /// No answer (a reset or closed connection, a timeout): backed off and re-watched.
+    pub transport: u64,
     /// A malformed line: relisted.
     pub malformed: u64,
     /// Any other error: relisted.
@@ -325,6 +327,7 @@ impl WatchEnds {
             WatchEndReason::Expired => self.expired,
             WatchEndReason::Throttled => self.throttled,
             WatchEndReason::Refused => self.refused,
+            WatchEndReason::Transport => self.transport,
             WatchEndReason::Malformed => self.malformed,
             WatchEndReason::Other => self.other,
         }
@@ -359,6 +362,8 @@ pub struct InformerStats {
     pub reflector_panics: u64,
     /// Milliseconds spent waiting in backoff.
     pub backoff_ms: u64,
+    /// Probes of a server that did not answer, made while a backoff waited.
+    pub probes: u64,
     /// Adds applied to the cache.
     pub added: u64,
     /// Updates applied (unchanged relist/resync replays excluded).
@@ -721,6 +726,7 @@ where
             failures: r(&s.reflector.failures),
             reflector_panics: r(&s.reflector.panics),
             backoff_ms: r(&s.reflector.backoff_ms),
+            probes: r(&s.reflector.probes),
             added: r(&s.indexer.added),
             updated: r(&s.indexer.updated),
             deleted: r(&s.indexer.deleted),
@@ -733,6 +739,7 @@ where
                 expired: r(&s.reflector.watch_ends[WatchEndReason::Expired as usize]),
                 throttled: r(&s.reflector.watch_ends[WatchEndReason::Throttled as usize]),
                 refused: r(&s.reflector.watch_ends[WatchEndReason::Refused as usize]),
+                transport: r(&s.reflector.watch_ends[WatchEndReason::Transport as usize]),
                 malformed: r(&s.reflector.watch_ends[WatchEndReason::Malformed as usize]),
                 other: r(&s.reflector.watch_ends[WatchEndReason::Other as usize]),
             },

@@ -416,6 +416,43 @@ async fn refused_connections_back_off_until_the_server_appears() {
     .await;
 }
 
+/// Issue 28 finding 3, through kube-client: while the relist waits on a long
+/// backoff after a refused connection, `GET /version` probes notice the
+/// server as soon as it listens, and the wait is cut.
+#[actix::test]
+async fn probes_notice_a_server_that_appears_long_before_the_backoff_ends() {
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut config = kube::Config::new(format!("http://{addr}").parse().unwrap());
+    config.default_retry = false;
+    let client = kube::Client::try_from(config).unwrap();
+    let backoff = Duration::from_secs(20);
+    let informer = Informer::builder(kube::Api::<ConfigMap>::namespaced(client, "default"))
+        .backoff(Backoff::new(backoff, backoff, Duration::from_secs(120)))
+        .start()
+        .unwrap();
+    // A probe has found nobody: the next one that gets an answer means the server came.
+    eventually(SETTLE, "a refused probe", || informer.stats().probes >= 1).await;
+    let server =
+        kinformer_apiserver::ApiServer::start_in_thread(kinformer_apiserver::ServerConfig {
+            listen: addr,
+            ..Default::default()
+        })
+        .unwrap();
+    server.seed_configmaps("default", 5).unwrap();
+    let up = tokio::time::Instant::now();
+    // Without probes the relist would wait at least the 20 s backoff.
+    informer
+        .wait_for_sync(Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert!(up.elapsed() < Duration::from_secs(3), "{:?}", up.elapsed());
+    assert_eq!(informer.store().snapshot().len(), 5);
+    assert_eq!(informer.stats().failures, 1);
+}
+
 #[actix::test]
 async fn a_stopped_informer_refuses_subscribers_and_the_factory_replaces_it() {
     let server = server(10_000);

@@ -49,11 +49,14 @@ pub enum Request {
 
 /// What the script answers, in order. Once an answer list runs out, the
 /// requests of that kind never complete (the test ends on its deadline).
+/// During an outage every request is refused, and the script waits.
 #[derive(Default)]
 struct Script {
     pages: VecDeque<Result<Page<ConfigMap>, Failure>>,
     watches: VecDeque<Result<Vec<Step>, Failure>>,
+    outages: Vec<(Duration, Duration)>,
     log: Vec<(Duration, Request)>,
+    probes: Vec<Duration>,
 }
 
 /// A scripted source; clones share the script.
@@ -108,6 +111,24 @@ impl FakeSource {
         self
     }
 
+    /// Refuses every request (probes included) from `from` to `to` after
+    /// the script began; outside outages probes are answered.
+    pub fn outage(&self, from: Duration, to: Duration) -> &Self {
+        self.script.borrow_mut().outages.push((from, to));
+        self
+    }
+
+    /// When the probes were made.
+    pub fn probes(&self) -> Vec<Duration> {
+        self.script.borrow().probes.clone()
+    }
+
+    fn down(&self) -> bool {
+        let now = self.start.elapsed();
+        let outages = &self.script.borrow().outages;
+        outages.iter().any(|(from, to)| (*from..*to).contains(&now))
+    }
+
     /// The requests answered so far, with when.
     pub fn log(&self) -> Vec<(Duration, Request)> {
         self.script.borrow().log.clone()
@@ -150,6 +171,9 @@ fn stream(steps: Vec<Step>) -> WatchStream<ConfigMap> {
 impl ListerWatcher<ConfigMap> for FakeSource {
     async fn list_page(&mut self, req: &PageRequest) -> Result<Page<ConfigMap>, Failure> {
         self.record(Request::Page(req.clone()));
+        if self.down() {
+            return Err(Failure::ConnectionRefused);
+        }
         let next = self.script.borrow_mut().pages.pop_front();
         match next {
             Some(answer) => answer,
@@ -163,17 +187,42 @@ impl ListerWatcher<ConfigMap> for FakeSource {
         streaming: bool,
     ) -> Result<WatchStream<ConfigMap>, Failure> {
         self.record(Request::Watch(req.clone(), streaming));
+        if self.down() {
+            return Err(Failure::ConnectionRefused);
+        }
         let next = self.script.borrow_mut().watches.pop_front();
         match next {
             Some(answer) => answer.map(stream),
             None => futures::future::pending().await,
         }
     }
+
+    async fn probe(&mut self) -> Result<(), Failure> {
+        let at = self.start.elapsed();
+        self.script.borrow_mut().probes.push(at);
+        match self.down() {
+            true => Err(Failure::ConnectionRefused),
+            false => Ok(()),
+        }
+    }
 }
 
-/// What the sink received: `replace RV [name@rv ...]` or `enqueue [added name@rv ...]`.
-#[derive(Clone, Default)]
-pub struct Recorder(Rc<RefCell<Vec<String>>>);
+/// What the sink received, and when: `replace RV [name@rv ...]` or
+/// `enqueue [added name@rv ...]`.
+#[derive(Clone)]
+pub struct Recorder {
+    received: Rc<RefCell<Vec<(Duration, String)>>>,
+    start: Instant,
+}
+
+impl Default for Recorder {
+    fn default() -> Self {
+        Recorder {
+            received: Rc::default(),
+            start: Instant::now(),
+        }
+    }
+}
 
 fn name_at(o: &ConfigMap) -> String {
     let meta = &o.metadata;
@@ -183,16 +232,23 @@ fn name_at(o: &ConfigMap) -> String {
 
 impl Recorder {
     pub fn received(&self) -> Vec<String> {
-        self.0.borrow().clone()
+        self.received_at().into_iter().map(|(_, r)| r).collect()
+    }
+
+    pub fn received_at(&self) -> Vec<(Duration, String)> {
+        self.received.borrow().clone()
+    }
+
+    fn push(&self, what: String) {
+        let at = self.start.elapsed();
+        self.received.borrow_mut().push((at, what));
     }
 }
 
 impl Sink<ConfigMap> for Recorder {
     async fn replace(&self, objects: Vec<Arc<ConfigMap>>, rv: String) -> Result<(), FifoClosed> {
         let names: Vec<String> = objects.iter().map(|o| name_at(o)).collect();
-        self.0
-            .borrow_mut()
-            .push(format!("replace {rv} [{}]", names.join(" ")));
+        self.push(format!("replace {rv} [{}]", names.join(" ")));
         Ok(())
     }
 
@@ -205,9 +261,7 @@ impl Sink<ConfigMap> for Recorder {
                 WatchDelta::Deleted(o) => format!("deleted {}", name_at(o)),
             })
             .collect();
-        self.0
-            .borrow_mut()
-            .push(format!("enqueue [{}]", events.join(" ")));
+        self.push(format!("enqueue [{}]", events.join(" ")));
         Ok(())
     }
 }
@@ -220,6 +274,8 @@ pub struct Driven {
     pub state: Rc<RefCell<ReflectorState>>,
     pub stats: Arc<ReflectorStats>,
     pub rv: watch::Receiver<String>,
+    /// The jitter of every wait: 0 by default (every wait its base delay).
+    pub jitter: fn() -> f64,
 }
 
 impl Driven {
@@ -230,10 +286,11 @@ impl Driven {
             state: Rc::new(RefCell::new(ReflectorState::new(options))),
             stats: Arc::default(),
             rv: watch::channel(String::new()).1,
+            jitter: || 0.0,
         }
     }
 
-    /// Runs for `until` of driven time (jitter 0: every wait is its base delay).
+    /// Runs for `until` of driven time.
     pub async fn run_for(&mut self, until: Duration) {
         let (rv, rx) = watch::channel(String::new());
         self.rv = rx;
@@ -247,7 +304,7 @@ impl Driven {
                     rv.clone(),
                     self.stats.clone(),
                 )
-                .jitter(|| 0.0);
+                .jitter(self.jitter);
                 match run.run(delay).await {
                     Exit::Relist(d) => delay = d,
                     Exit::SinkClosed => return,

@@ -21,6 +21,7 @@ use tokio::time::Instant;
 
 use super::event::SourceEvent;
 use super::pager::list_all;
+use super::recovery::ProbeVerdict;
 use super::sharing::{Sharing, Transform};
 use super::sink::Sink;
 use super::source::{ListerWatcher, WatchStream};
@@ -124,11 +125,47 @@ where
         });
     }
 
-    async fn backoff(&self, d: Duration) {
+    /// Waits `d` (a backoff). After a failure without an answer, probes the
+    /// server meanwhile and ends the wait early once it is back
+    /// ([`recovery`](super::recovery)).
+    async fn backoff(&mut self, d: Duration) {
+        let start = Instant::now();
+        let deadline = start + d;
+        loop {
+            let interval = self
+                .state
+                .borrow()
+                .probe_interval(Self::now(), (self.jitter)());
+            let Some(at) = interval
+                .map(|i| Instant::now() + i)
+                .filter(|at| *at < deadline)
+            else {
+                tokio::time::sleep_until(deadline).await;
+                break;
+            };
+            tokio::time::sleep_until(at).await;
+            let probe = tokio::time::timeout_at(deadline, self.source.probe()).await;
+            let Ok(result) = probe else {
+                break;
+            };
+            let verdict = self.state.borrow_mut().probed(&result);
+            self.stats.probes.fetch_add(1, Ordering::Relaxed);
+            match verdict {
+                ProbeVerdict::Again => {}
+                ProbeVerdict::Back => {
+                    tracing::info!("the server answers again; the backoff is cut short");
+                    break;
+                }
+                ProbeVerdict::Stop => {
+                    tokio::time::sleep_until(deadline).await;
+                    break;
+                }
+            }
+        }
+        let waited = start.elapsed();
         self.stats
             .backoff_ms
-            .fetch_add(millis(d), Ordering::Relaxed);
-        tokio::time::sleep(d).await;
+            .fetch_add(millis(waited), Ordering::Relaxed);
     }
 
     /// Waits `delay` (a relist's backoff), lists, then watches until a relist
@@ -510,6 +547,10 @@ mod tests {
         assert_eq!(d.stats.failures.load(Ordering::Relaxed), 5);
         let throttled_ends = &d.stats.watch_ends[WatchEndReason::Throttled as usize];
         assert_eq!(throttled_ends.load(Ordering::Relaxed), 5);
+        assert!(
+            d.source.probes().is_empty(),
+            "a server that answers 429 is not probed"
+        );
     }
 
     /// a malformed line loses an event: the watch relists after
@@ -687,5 +728,192 @@ mod tests {
         assert_eq!(waits, [1000, 1000, 1000, 1800]);
         assert_eq!(d.stats.failures.load(Ordering::Relaxed), 1);
         assert_eq!(d.sink.received(), ["replace 7 []"]);
+    }
+
+    const SECOND: Duration = Duration::from_secs(1);
+
+    fn waits_between_watches(d: &Driven) -> Vec<u128> {
+        let watches: Vec<Duration> = d
+            .source
+            .log()
+            .into_iter()
+            .filter(|(_, r)| matches!(r, Request::Watch(..)))
+            .map(|(t, _)| t)
+            .collect();
+        watches
+            .windows(2)
+            .map(|w| (w[1] - w[0]).as_millis())
+            .collect()
+    }
+
+    /// Issue 28 finding 2: a transport failure on a watch (a reset when it
+    /// opens, an error in its stream) re-watches from the last
+    /// resourceVersion after a backoff: no relist. The server answers the
+    /// probes at once, so the waits run their course.
+    #[tokio::test(start_paused = true)]
+    async fn a_transport_failure_rewatches_from_the_last_rv_after_a_backoff() {
+        let mut d = Driven::new(ReflectorOptions::default());
+        d.source
+            .page("10", &[("a", "1")], None)
+            .watch_fails(Failure::Transport)
+            .watch(&[Step::Added("b", "11"), Step::Fail(Failure::Transport)])
+            .watch(&[Step::Hang]);
+        d.run_for(MINUTE).await;
+        assert_eq!(lists(&d), 1);
+        assert_eq!(watched(&d), ["10", "10", "11"]);
+        assert_eq!(waits_between_watches(&d), [800, 1600]);
+        assert_eq!(d.source.probes().len(), 2, "one probe per wait, answered");
+        let transport = &d.stats.watch_ends[WatchEndReason::Transport as usize];
+        assert_eq!(transport.load(Ordering::Relaxed), 2);
+        assert_eq!(d.state.borrow().relists(), 0);
+    }
+
+    /// The bound of the re-watches: the eighth watch failure in a row without
+    /// an answer relists (after its backoff), so that a watch path that keeps
+    /// failing while lists work still refreshes the cache.
+    #[tokio::test(start_paused = true)]
+    async fn the_eighth_unanswered_watch_failure_in_a_row_relists() {
+        let mut d = Driven::new(ReflectorOptions::default());
+        d.source.page("10", &[("a", "1")], None);
+        for _ in 0..crate::reflector::recovery::MAX_UNREACHABLE_REWATCHES {
+            d.source.watch_fails(Failure::Transport);
+        }
+        d.source
+            .page("20", &[("a", "2")], None)
+            .watch(&[Step::Hang]);
+        d.run_for(10 * MINUTE).await;
+        assert_eq!(lists(&d), 2);
+        let mut expected = vec!["10"; 8];
+        expected.push("20");
+        assert_eq!(watched(&d), expected);
+        assert_eq!(d.sink.received(), ["replace 10 [a@1]", "replace 20 [a@2]"]);
+    }
+
+    /// What one 30 s outage costs: the list and watch requests made while the
+    /// server was away, and how long after its return the sink got `want`.
+    struct Outage {
+        requests: usize,
+        probes: usize,
+        recovered_after: Duration,
+    }
+
+    const DOWN: Duration = Duration::from_secs(10);
+    const UP: Duration = Duration::from_secs(40);
+
+    /// A watch at RV 11 closes as the server goes away at 10 s (a reset
+    /// mid-stream ends it like a clean close); it is back at 40 s, and
+    /// `after` scripts what it answers then.
+    async fn outage(
+        probe: bool,
+        jitter: fn() -> f64,
+        after: impl Fn(&Driven),
+        want: &str,
+    ) -> Outage {
+        let mut d = Driven::new(ReflectorOptions {
+            probe,
+            ..Default::default()
+        });
+        d.jitter = jitter;
+        d.source
+            .outage(DOWN, UP)
+            .page("10", &[("a", "1")], None)
+            .watch(&[Step::Added("b", "11"), Step::Sleep(DOWN)]);
+        after(&d);
+        d.run_for(3 * MINUTE).await;
+        let in_outage = |t: &Duration| (DOWN..UP).contains(t);
+        let log = d.source.log();
+        let received = d.sink.received_at();
+        let (at, _) = received
+            .iter()
+            .find(|(_, r)| r == want)
+            .unwrap_or_else(|| panic!("{want} never arrived: {received:?}"));
+        Outage {
+            requests: log.iter().filter(|(t, _)| in_outage(t)).count(),
+            probes: d.source.probes().iter().filter(|t| in_outage(t)).count(),
+            recovered_after: *at - UP,
+        }
+    }
+
+    /// Issue 28 finding 3: after a 30 s outage the state converges within
+    /// 2 s of the server's return (the history kept: a re-watch resumes),
+    /// with no more list or watch requests during the outage than without
+    /// probes, which waited out the backoff built up meanwhile.
+    #[tokio::test(start_paused = true)]
+    async fn after_a_30s_outage_a_rewatch_converges_within_2s_of_the_return() {
+        let after = |d: &Driven| {
+            d.source.watch(&[Step::Added("c", "12"), Step::Hang]);
+        };
+        let want = "enqueue [added c@12]";
+        let probed = outage(true, || 0.0, &after, want).await;
+        let waited = outage(false, || 0.0, &after, want).await;
+        assert!(
+            probed.recovered_after <= 2 * SECOND,
+            "{:?}",
+            probed.recovered_after
+        );
+        assert!(probed.requests <= waited.requests);
+        assert_eq!(
+            waited.requests, 6,
+            "re-watches at 10, 10.8, 12.4, 15.6, 22 and 34.8 s"
+        );
+        assert!(
+            waited.recovered_after > 20 * SECOND,
+            "{:?}",
+            waited.recovered_after
+        );
+        // At most one probe every 0.5 s, which a down server never sees.
+        assert!(probed.probes <= 60, "{}", probed.probes);
+        assert_eq!(waited.probes, 0);
+        // The longest jitter: waits and probe intervals doubled.
+        let probed = outage(true, || 0.999, &after, want).await;
+        let waited = outage(false, || 0.999, &after, want).await;
+        assert!(
+            probed.recovered_after <= 2 * SECOND,
+            "{:?}",
+            probed.recovered_after
+        );
+        assert!(probed.requests <= waited.requests);
+        assert!(probed.probes <= 30, "{}", probed.probes);
+    }
+
+    /// The same outage, the history lost (a 410 in the first re-watch after
+    /// the return): the relist is made at once, not after the backoff.
+    #[tokio::test(start_paused = true)]
+    async fn after_a_30s_outage_that_lost_the_history_the_relist_comes_within_2s() {
+        let after = |d: &Driven| {
+            d.source
+                .watch(&[Step::Fail(Failure::Expired)])
+                .page("50", &[("a", "1"), ("b", "11"), ("c", "45")], None)
+                .watch(&[Step::Hang]);
+        };
+        let want = "replace 50 [a@1 b@11 c@45]";
+        let probed = outage(true, || 0.0, &after, want).await;
+        let waited = outage(false, || 0.0, &after, want).await;
+        assert!(
+            probed.recovered_after <= 2 * SECOND,
+            "{:?}",
+            probed.recovered_after
+        );
+        assert!(probed.requests <= waited.requests);
+        assert!(
+            waited.recovered_after > 20 * SECOND,
+            "{:?}",
+            waited.recovered_after
+        );
+    }
+
+    /// A server that answers the probes at once while our watch keeps failing
+    /// (only our request fails) is not hammered: the waits run their course.
+    #[tokio::test(start_paused = true)]
+    async fn a_server_that_answers_probes_keeps_the_backoff() {
+        let mut d = Driven::new(ReflectorOptions::default());
+        d.source.page("10", &[], None);
+        for _ in 0..4 {
+            d.source.watch_fails(Failure::Transport);
+        }
+        d.source.watch(&[Step::Hang]);
+        d.run_for(MINUTE).await;
+        assert_eq!(waits_between_watches(&d), [800, 1600, 3200, 6400]);
+        assert_eq!(d.source.probes().len(), 4);
     }
 }

@@ -1,7 +1,8 @@
 //! The Reflector: lists and watches the API server and feeds the DeltaFIFO.
 //!
 //! - [`state`]: the pure rules of the list/watch loop ([`ReflectorState`]).
-//! - [`backoff`]: the retry delays ([`Backoff`]).
+//! - [`backoff`]: the retry delays ([`Backoff`]); [`recovery`]: re-watching
+//!   and probing a server that does not answer ([`Outage`]).
 //! - [`list_and_watch`]: the loop that follows those rules ([`ListAndWatch`]),
 //!   over any [`ListerWatcher`] ([`source`]) and any [`Sink`] ([`sink`]);
 //!   [`pager`] makes its lists page by page, [`sharing`] turns decoded
@@ -25,6 +26,7 @@ pub mod last_failure;
 pub mod list_and_watch;
 pub mod messages;
 pub mod pager;
+pub mod recovery;
 pub mod sharing;
 pub mod sink;
 pub mod source;
@@ -34,12 +36,15 @@ mod streaming_list;
 
 pub use actor::{Reflector, ResourceVersionWatch};
 pub use backoff::Backoff;
-pub use client::{KubeSource, ListWatch, MAX_WATCH_LINE, classify};
+pub use client::{KubeSource, ListWatch, MAX_WATCH_LINE, PROBE_TIMEOUT, classify};
 pub use event::{INITIAL_EVENTS_END, SourceEvent};
 pub use last_failure::{LastFailure, RequestFailure};
 pub use list_and_watch::{CUT_SHORT_RETRIES, Exit, ListAndWatch};
 pub use messages::StopReflector;
 pub use pager::{Listed, list_all};
+pub use recovery::{
+    MAX_UNREACHABLE_REWATCHES, Outage, PROBE_INTERVAL_MAX, PROBE_INTERVAL_MIN, ProbeVerdict,
+};
 pub use sharing::{Sharing, Transform};
 pub use sink::Sink;
 pub use source::{ListerWatcher, PageRequest, WatchStream};

@@ -38,4 +38,12 @@ pub trait ListerWatcher<K> {
         req: &WatchRequest,
         streaming: bool,
     ) -> impl Future<Output = Result<WatchStream<K>, Failure>>;
+
+    /// Asks the server something cheap, to learn whether it answers again
+    /// after a failure without an answer (see
+    /// [`recovery`](super::recovery)). Without a probe (the default) waits
+    /// run their course.
+    fn probe(&mut self) -> impl Future<Output = Result<(), Failure>> {
+        std::future::ready(Err(Failure::Unsupported))
+    }
 }

@@ -17,6 +17,8 @@
 //! - on opening or during a watch: 429 and connection refused back
 //!   off and re-watch without a relist; a clean close re-watches at once; 410
 //!   and other errors back off and relist at the last RV (not `""`).
+//!   Transport failures re-watch too, and waits after a server that does
+//!   not answer are cut when it comes back ([`recovery`](super::recovery)).
 //! - R-17 a watch shorter than 1 s with no event is an error (relist).
 //! - R-18 the RV recorded is the last processed event's, bookmarks included.
 //! - R-24..R-28 streaming lists (`sendInitialEvents`), falling back to a
@@ -28,12 +30,15 @@
 //!   without a step reset it, so a server whose list works but whose
 //!   watch fails, even after an event or a bookmark, is not hammered.
 //! - A 410 when opening a watch relists (kube-runtime retries the stale RV forever).
+//! - Transport failures on a watch re-watch, and a server's return is noticed
+//!   by probes: see [`recovery`](super::recovery).
 //! - After a server refuses a streaming list (400/422/404/405/501 or a very
 //!   short watch), we stop asking it for streaming lists.
 
 use std::time::{Duration, Instant};
 
 use super::backoff::Backoff;
+use super::recovery::{Outage, ProbeVerdict};
 
 /// The page size of lists when none is configured.
 pub const DEFAULT_PAGE_SIZE: u32 = 500;
@@ -61,12 +66,22 @@ pub enum Failure {
     },
     /// The connection was refused (server down or restarting).
     ConnectionRefused,
+    /// No answer: the connection was reset or closed before an answer, or
+    /// the request timed out (server restarting, network trouble).
+    Transport,
     /// The server does not support the request (e.g. streaming lists): 400, 404, 405, 422, 501.
     Unsupported,
     /// A line of the watch stream could not be decoded: the event is lost, so relist.
     Malformed,
-    /// Anything else (500s, network errors, timeouts).
+    /// Anything else (500s, errors building the request, authentication).
     Other,
+}
+
+impl Failure {
+    /// The server gave no answer: refused, or a transport failure.
+    pub fn unreachable(&self) -> bool {
+        matches!(self, Failure::ConnectionRefused | Failure::Transport)
+    }
 }
 
 /// What the shell should do next.
@@ -143,6 +158,9 @@ pub struct ReflectorOptions {
     /// frozen server would hang the informer silently. Default: 60 s;
     /// `ZERO` turns these deadlines off.
     pub read_timeout: Duration,
+    /// Probe a server that does not answer while a backoff waits, and end
+    /// the wait when it is back ([`recovery`](super::recovery)). Default: on.
+    pub probe: bool,
 }
 
 impl Default for ReflectorOptions {
@@ -153,6 +171,7 @@ impl Default for ReflectorOptions {
             backoff: Backoff::default(),
             min_watch_timeout: MIN_WATCH_TIMEOUT,
             read_timeout: Duration::from_secs(60),
+            probe: true,
         }
     }
 }
@@ -172,6 +191,9 @@ pub struct ReflectorState {
     listed_once: bool,
     relists: u64,
     watch_restarts: u64,
+    /// What is known of the server's absence, if it is away.
+    outage: Outage,
+    probe: bool,
 }
 
 impl ReflectorState {
@@ -190,6 +212,8 @@ impl ReflectorState {
             listed_once: false,
             relists: 0,
             watch_restarts: 0,
+            outage: Outage::default(),
+            probe: options.probe,
         }
     }
 
@@ -249,6 +273,7 @@ impl ReflectorState {
         self.listed_once = true;
         self.rv_unavailable = false;
         self.last_sync_rv = resource_version.to_owned();
+        self.outage.healthy();
     }
 
     /// A list failed. `jitter` is uniform in `[0, 1)`.
@@ -259,6 +284,8 @@ impl ReflectorState {
         now: Instant,
         jitter: f64,
     ) -> Next {
+        self.outage.failed(failure, now);
+        self.outage.take_returned();
         match failure {
             // Retry at once with ""; if "" itself failed, back off.
             Failure::Expired | Failure::TooLargeResourceVersion if !self.rv_unavailable => {
@@ -300,10 +327,25 @@ impl ReflectorState {
 
     /// Opening a watch failed.
     pub fn watch_open_failed(&mut self, failure: &Failure, now: Instant, jitter: f64) -> Next {
+        self.watch_failed(failure, now, jitter)
+    }
+
+    /// A watch failed to open or in its stream (R-16, R-19, [`recovery`](super::recovery)).
+    fn watch_failed(&mut self, failure: &Failure, now: Instant, jitter: f64) -> Next {
+        self.outage.failed(failure, now);
+        let returned = self.outage.take_returned();
         match failure {
-            Failure::TooManyRequests { .. } | Failure::ConnectionRefused => {
-                Next::WatchAfter(self.delay(failure, now, jitter))
+            Failure::TooManyRequests { .. } => Next::WatchAfter(self.delay(failure, now, jitter)),
+            f if f.unreachable() => {
+                let d = self.delay(failure, now, jitter);
+                if self.outage.rewatch() {
+                    Next::WatchAfter(d)
+                } else {
+                    tracing::info!("the watch keeps failing without an answer; relisting");
+                    Next::ListAfter(d)
+                }
             }
+            Failure::Expired if returned => Next::List,
             _ => Next::ListAfter(self.delay(failure, now, jitter)),
         }
     }
@@ -311,6 +353,7 @@ impl ReflectorState {
     /// A watch event with this resourceVersion was processed. Bookmarks count.
     pub fn event_processed(&mut self, resource_version: &str) {
         self.watch_events += 1;
+        self.outage.healthy();
         if !resource_version.is_empty() {
             self.last_sync_rv.clear();
             self.last_sync_rv.push_str(resource_version);
@@ -322,6 +365,9 @@ impl ReflectorState {
         let lasted = self
             .watch_started
             .map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
+        if *end == WatchEnd::Closed {
+            self.outage.answered();
+        }
         match end {
             WatchEnd::Closed if lasted < VERY_SHORT_WATCH && self.watch_events == 0 => {
                 tracing::warn!(
@@ -331,11 +377,21 @@ impl ReflectorState {
                 Next::ListAfter(self.delay(&Failure::Other, now, jitter))
             }
             WatchEnd::Closed => Next::Watch,
-            WatchEnd::Failed(
-                failure @ (Failure::TooManyRequests { .. } | Failure::ConnectionRefused),
-            ) => Next::WatchAfter(self.delay(failure, now, jitter)),
-            WatchEnd::Failed(failure) => Next::ListAfter(self.delay(failure, now, jitter)),
+            WatchEnd::Failed(failure) => self.watch_failed(failure, now, jitter),
         }
+    }
+
+    /// How long until the next probe of a server that does not answer, or
+    /// `None` when it is not to be probed. `jitter` is uniform in `[0, 1)`.
+    pub fn probe_interval(&self, now: Instant, jitter: f64) -> Option<Duration> {
+        self.outage
+            .probe_interval(now, jitter)
+            .filter(|_| self.probe)
+    }
+
+    /// A probe ended with `result`.
+    pub fn probed(&mut self, result: &Result<(), Failure>) -> ProbeVerdict {
+        self.outage.probed(result)
     }
 
     fn delay(&mut self, failure: &Failure, now: Instant, jitter: f64) -> Duration {

@@ -27,6 +27,8 @@ pub struct ReflectorStats {
     pub list_total: AtomicU64,
     /// Total milliseconds spent in backoff waits.
     pub backoff_ms: AtomicU64,
+    /// Probes of a server that did not answer, made while a backoff waited.
+    pub probes: AtomicU64,
     /// Watches that ended or failed to open, by [`WatchEndReason`] (indexed by `as usize`).
     pub watch_ends: [AtomicU64; WatchEndReason::ALL.len()],
     /// The last failed request since the last successful list (give the same
@@ -45,6 +47,8 @@ pub enum WatchEndReason {
     Throttled,
     /// Connection refused.
     Refused,
+    /// No answer: the connection was reset or closed, or the request timed out.
+    Transport,
     /// A line that could not be decoded.
     Malformed,
     /// Any other error.
@@ -53,11 +57,12 @@ pub enum WatchEndReason {
 
 impl WatchEndReason {
     /// Every reason, in index order.
-    pub const ALL: [WatchEndReason; 6] = [
+    pub const ALL: [WatchEndReason; 7] = [
         WatchEndReason::Closed,
         WatchEndReason::Expired,
         WatchEndReason::Throttled,
         WatchEndReason::Refused,
+        WatchEndReason::Transport,
         WatchEndReason::Malformed,
         WatchEndReason::Other,
     ];
@@ -69,6 +74,7 @@ impl WatchEndReason {
             WatchEndReason::Expired => "expired",
             WatchEndReason::Throttled => "throttled",
             WatchEndReason::Refused => "refused",
+            WatchEndReason::Transport => "transport",
             WatchEndReason::Malformed => "malformed",
             WatchEndReason::Other => "other",
         }
@@ -79,6 +85,7 @@ impl WatchEndReason {
             Failure::Expired | Failure::TooLargeResourceVersion => WatchEndReason::Expired,
             Failure::TooManyRequests { .. } => WatchEndReason::Throttled,
             Failure::ConnectionRefused => WatchEndReason::Refused,
+            Failure::Transport => WatchEndReason::Transport,
             Failure::Malformed => WatchEndReason::Malformed,
             Failure::Unsupported | Failure::Other => WatchEndReason::Other,
         }

@@ -73,13 +73,15 @@ pub fn classify(err: &kube::Error) -> Failure {
         kube::Error::SerdeError(_)
         | kube::Error::FromUtf8(_)
         | kube::Error::LinesCodecMaxLineLengthExceeded => Failure::Malformed,
-        other => {
-            if error_chain_has(other, std::io::ErrorKind::ConnectionRefused) {
-                Failure::ConnectionRefused
-            } else {
-                Failure::Other
-            }
+        other if error_chain_has(other, std::io::ErrorKind::ConnectionRefused) => {
+            Failure::ConnectionRefused
         }
+        // No answer came: the connection failed, was reset or closed, or
+        // the request timed out.
+        kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => {
+            Failure::Transport
+        }
+        _ => Failure::Other,
     }
 }
 
@@ -137,6 +139,40 @@ mod tests {
             );
         }
         assert!(!ends_watch_cleanly(&Error::other("some other failure")));
+    }
+
+    /// Issue 28 finding 2: a reset or a timeout is a transport failure (a
+    /// re-watch), told apart from a refused connection and from answers.
+    #[test]
+    fn transport_errors_are_told_from_refused_connections_and_answers() {
+        use std::io::{Error, ErrorKind};
+        let service = |kind| kube::Error::Service(Box::new(Error::other(Error::from(kind))));
+        let read = |kind| kube::Error::ReadEvents(Error::from(kind));
+        assert_eq!(
+            classify(&service(ErrorKind::ConnectionRefused)),
+            Failure::ConnectionRefused
+        );
+        assert_eq!(
+            classify(&service(ErrorKind::ConnectionReset)),
+            Failure::Transport
+        );
+        assert_eq!(classify(&read(ErrorKind::TimedOut)), Failure::Transport);
+        assert_eq!(
+            classify(&read(ErrorKind::UnexpectedEof)),
+            Failure::Transport
+        );
+        let unbuildable = http::Request::builder().uri("\0").body(()).unwrap_err();
+        assert_eq!(
+            classify(&kube::Error::HttpError(unbuildable)),
+            Failure::Other
+        );
+        let gone = kube::core::Status::failure("too old", "Expired").with_code(410);
+        assert_eq!(
+            classify(&kube::Error::Api(Box::new(gone))),
+            Failure::Expired
+        );
+        assert!(Failure::Transport.unreachable() && Failure::ConnectionRefused.unreachable());
+        assert!(!Failure::Other.unreachable());
     }
 
     #[test]

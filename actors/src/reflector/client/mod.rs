@@ -90,6 +90,9 @@ impl<K: Resource> KubeSource<K> {
     }
 }
 
+/// How long a probe may wait for its answer.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// `fut`, or a `TimedOut` read error once `limit` passed without an answer
 /// (`ZERO`: no limit).
 async fn within<T>(
@@ -288,6 +291,16 @@ where
             classify(&err)
         })?;
         Ok(watch_stream::<K>(Box::pin(body), config.decode, deadline))
+    }
+
+    /// `GET /version`: answered by the API server itself, without etcd.
+    async fn probe(&mut self) -> Result<(), Failure> {
+        let client = self.config.api.clone().into_client();
+        let answer = within(PROBE_TIMEOUT, "probe", client.apiserver_version()).await;
+        answer.map(drop).map_err(|err| {
+            tracing::debug!(%err, "probe failed");
+            classify(&err)
+        })
     }
 }
 
