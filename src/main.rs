@@ -8,9 +8,12 @@
 //!
 //! ```text
 //! kinformer run   [--config FILE] [--kubeconfig FILE] [--context NAME] [--server URL]
-//!                 [--embedded] [--for DURATION] [--metrics ADDR]
+//!                 [--embedded] [--for DURATION] [--metrics [IP:]PORT]
 //! kinformer watch RESOURCE [-n NS | -A] [-l SELECTOR] [--field-selector S]
-//!                 [--resync DURATION] [-o text|json] [--full] [cluster flags]
+//!                 [--resync DURATION] [-o text|json|yaml] [--full] [--show-secrets]
+//!                 [cluster flags]
+//! kinformer get   RESOURCE [-n NS | -A] [-l SELECTOR] [--field-selector S]
+//!                 [-o table|json|yaml] [--show-secrets] [cluster flags]
 //! kinformer config            # the effective configuration, as JSON
 //! ```
 //!

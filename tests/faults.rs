@@ -20,14 +20,6 @@ use rand::{Rng, SeedableRng};
 const SYNC: Duration = Duration::from_secs(60);
 const SETTLE: Duration = Duration::from_secs(30);
 
-fn fast_backoff() -> Backoff {
-    Backoff::new(
-        Duration::from_millis(20),
-        Duration::from_millis(200),
-        Duration::from_secs(120),
-    )
-}
-
 #[actix::test]
 async fn factory_shares_one_informer_per_resource_namespace_and_selectors() {
     let server = server(10_000);

@@ -1,5 +1,6 @@
-//! `kinformer run --metrics ADDR`: `/metrics` counters move with the
-//! workload, `/healthz` and `/readyz` answer, and Ctrl-C (SIGINT) stops the
+//! `kinformer run --metrics PORT`: bound to the loopback interface,
+//! `/metrics` counters move with the workload, `/healthz` and `/readyz`
+//! answer, an oversized request is refused, and Ctrl-C (SIGINT) stops the
 //! program gracefully with a summary.
 
 mod common;
@@ -31,6 +32,34 @@ fn get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
         .map(|(_, b)| b.to_owned())
         .unwrap_or_default();
     Ok((status, body))
+}
+
+/// The status answered to a GET whose path is `len` bytes long. The server
+/// may close before reading it all (a reset after its answer): what was
+/// read before counts.
+fn refused_status(addr: SocketAddr, len: usize) -> u16 {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let request = format!(
+        "GET /metrics?{} HTTP/1.1\r\nHost: {addr}\r\n\r\n",
+        "x".repeat(len)
+    );
+    let _ = stream.write_all(request.as_bytes());
+    let mut response = Vec::new();
+    let mut buf = [0u8; 1024];
+    while let Ok(n) = stream.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        response.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&response)
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
 }
 
 /// `name{labels} value` lines → map from `name{labels}` to value.
@@ -77,8 +106,9 @@ fn metrics_move_with_the_workload_and_sigint_stops_gracefully() {
             "--embedded",
             "--for",
             "60s",
+            // A bare port: on the loopback interface only.
             "--metrics",
-            "127.0.0.1:0",
+            "0",
         ])
         .args(["--seed", "300", "--churn", "100"])
         .stdout(Stdio::piped())
@@ -106,6 +136,10 @@ fn metrics_move_with_the_workload_and_sigint_stops_gracefully() {
         seen.push(line);
     };
 
+    assert!(addr.ip().is_loopback(), "bound to {addr}");
+    assert_eq!(get(addr, "/healthz").unwrap().0, 200);
+    // A request head far past any scrape's is refused; serving goes on.
+    assert_eq!(refused_status(addr, 64 * 1024), 431);
     assert_eq!(get(addr, "/healthz").unwrap().0, 200);
     until(Duration::from_secs(20), "ready", || {
         (get(addr, "/readyz").ok()?.0 == 200).then_some(())

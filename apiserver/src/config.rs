@@ -1,9 +1,12 @@
 //! Server configuration: where to listen, how much history to keep, timings and resource types.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::auth::AuthConfig;
 use crate::resource::ResourceType;
+use crate::tls::TlsConfig;
 
 /// Everything that can be tuned when starting a server.
 ///
@@ -30,6 +33,22 @@ pub struct ServerConfig {
     pub initial_namespaces: Vec<String>,
     /// Upper bound on a watch's lifetime when the client gives no `timeoutSeconds`. Default 30 min.
     pub max_watch_timeout: Duration,
+    /// Serve HTTPS with these certificates. Default `None`: plain HTTP.
+    pub tls: Option<TlsConfig>,
+    /// Authenticate and authorize requests. Default `None`: everyone may do anything.
+    pub auth: Option<AuthConfig>,
+    /// Keep objects and the resourceVersion counter in this directory across process
+    /// restarts (and the generated CA, with `tls`). Default `None`: in memory only.
+    pub data_dir: Option<PathBuf>,
+    /// Serve aggregated discovery (`APIGroupDiscoveryList` on `/api` and `/apis`) to clients
+    /// that ask for it, as 1.26+ does. `false`: only the legacy documents, as 1.24. Default true.
+    pub aggregated_discovery: bool,
+    /// Write `metadata.managedFields` on create, update, patch and apply. Default true.
+    pub managed_fields: bool,
+    /// Run the ownerReferences garbage collector: dependents whose owners are all gone are
+    /// deleted, and `propagationPolicy` (Orphan, Background, Foreground) is honoured.
+    /// Default false (deletes then touch nothing but the object, as before).
+    pub garbage_collection: bool,
 }
 
 impl Default for ServerConfig {
@@ -44,6 +63,12 @@ impl Default for ServerConfig {
             watch_buffer: 10_000,
             initial_namespaces: vec!["default".into(), "kube-system".into(), "kube-public".into()],
             max_watch_timeout: Duration::from_secs(30 * 60),
+            tls: None,
+            auth: None,
+            data_dir: None,
+            aggregated_discovery: true,
+            managed_fields: true,
+            garbage_collection: false,
         }
     }
 }

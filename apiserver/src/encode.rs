@@ -1,4 +1,6 @@
-//! Wire encoding of watch events and list bodies, straight from pre-serialised object bytes.
+//! Wire encoding of watch events and list bodies, straight from pre-serialised object bytes:
+//! objects as stored, without `apiVersion`/`kind` (items of built-in lists), at another
+//! served version (custom resources), or as `PartialObjectMetadata`.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -11,6 +13,84 @@ use crate::object::ObjectRecord;
 
 /// Bytes per chunk when streaming lists (and the batch target for watch streams).
 pub const CHUNK_BYTES: usize = 64 * 1024;
+
+/// `apiVersion` of `PartialObjectMetadata` and `PartialObjectMetadataList`.
+pub const META_API_VERSION: &str = "meta.k8s.io/v1";
+
+/// How an object is written into an answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ObjectForm {
+    /// As stored.
+    Full,
+    /// Without `apiVersion` and `kind` (items of a built-in type's list, as a real server's).
+    NoTypeMeta,
+    /// With this `{"kind":K,"apiVersion":V,` in front of the stored fields (a custom
+    /// resource read at a version other than its storage version).
+    Versioned(Bytes),
+    /// `PartialObjectMetadata`: `metadata` only.
+    Metadata,
+}
+
+impl ObjectForm {
+    /// The form of an object read at `api_version` when it is stored with `kind` at
+    /// `storage_api_version`.
+    pub fn at_version(kind: &str, storage_api_version: &str, api_version: &str) -> ObjectForm {
+        if api_version == storage_api_version {
+            return ObjectForm::Full;
+        }
+        ObjectForm::Versioned(Bytes::from(format!(
+            "{{\"kind\":{},\"apiVersion\":{},",
+            Value::String(kind.to_string()),
+            Value::String(api_version.to_string())
+        )))
+    }
+
+    /// Append the object in this form.
+    pub fn write(&self, buf: &mut BytesMut, rec: &ObjectRecord) {
+        match self {
+            ObjectForm::Full => buf.put_slice(&rec.json),
+            ObjectForm::NoTypeMeta => match rec.body_after_type_meta() {
+                Some(body) => {
+                    buf.put_u8(b'{');
+                    buf.put_slice(body);
+                }
+                None => buf.put_slice(&rec.json),
+            },
+            ObjectForm::Versioned(prefix) => match rec.body_after_type_meta() {
+                Some(body) => {
+                    buf.put_slice(prefix);
+                    buf.put_slice(body);
+                }
+                None => buf.put_slice(&rec.json),
+            },
+            ObjectForm::Metadata => {
+                buf.put_slice(b"{\"kind\":\"PartialObjectMetadata\",\"apiVersion\":\"meta.k8s.io/v1\",\"metadata\":");
+                match rec.metadata_json() {
+                    Some(meta) => buf.put_slice(meta),
+                    None => {
+                        let meta = rec
+                            .parsed()
+                            .ok()
+                            .and_then(|v| v.get("metadata").cloned())
+                            .unwrap_or_else(|| json!({}));
+                        buf.put_slice(meta.to_string().as_bytes());
+                    }
+                }
+                buf.put_u8(b'}');
+            }
+        }
+    }
+
+    /// The object in this form, as bytes.
+    pub fn bytes(&self, rec: &ObjectRecord) -> Bytes {
+        if *self == ObjectForm::Full {
+            return rec.json.clone();
+        }
+        let mut buf = BytesMut::with_capacity(rec.json.len() + 64);
+        self.write(&mut buf, rec);
+        buf.freeze()
+    }
+}
 
 /// Append one watch event line: `{"type":"ADDED","object":{...}}\n`.
 pub fn push_event(buf: &mut BytesMut, event_type: &str, object_json: &[u8]) {
@@ -42,7 +122,8 @@ pub fn error_line(status: &Value) -> Bytes {
     buf.freeze()
 }
 
-/// A list body streamed in ~64 KiB chunks: metadata first, then items, never one giant string.
+/// A list body streamed in ~64 KiB chunks: metadata first, then items (each in `form`),
+/// never one giant string.
 pub fn list_body(
     list_kind: &str,
     api_version: &str,
@@ -50,6 +131,7 @@ pub fn list_body(
     continue_token: Option<&str>,
     remaining: Option<u64>,
     items: Vec<Arc<ObjectRecord>>,
+    form: ObjectForm,
 ) -> impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
     let mut metadata = json!({"resourceVersion": rv.to_string()});
     if let Some(c) = continue_token {
@@ -69,6 +151,7 @@ pub fn list_body(
         items,
         next: 0,
         done: false,
+        form,
     };
     futures::stream::iter(state.map(Ok::<Bytes, Infallible>))
 }
@@ -78,6 +161,7 @@ struct ListChunks {
     items: Vec<Arc<ObjectRecord>>,
     next: usize,
     done: bool,
+    form: ObjectForm,
 }
 
 impl Iterator for ListChunks {
@@ -95,7 +179,7 @@ impl Iterator for ListChunks {
             if self.next > 0 {
                 buf.put_u8(b',');
             }
-            buf.put_slice(&self.items[self.next].json);
+            self.form.write(&mut buf, &self.items[self.next]);
             self.next += 1;
         }
         if self.next >= self.items.len() {
@@ -110,7 +194,7 @@ impl Iterator for ListChunks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::object::ObjKey;
+    use crate::key::ObjKey;
     use futures::StreamExt;
 
     fn rec(name: &str) -> Arc<ObjectRecord> {
@@ -123,10 +207,18 @@ mod tests {
         let items: Vec<_> = (0..5000)
             .map(|i| rec(&format!("object-{i:05}-{}", "x".repeat(40))))
             .collect();
-        let chunks: Vec<Bytes> = list_body("ConfigMapList", "v1", 7, Some("tok"), Some(3), items)
-            .map(|c| c.unwrap())
-            .collect()
-            .await;
+        let chunks: Vec<Bytes> = list_body(
+            "ConfigMapList",
+            "v1",
+            7,
+            Some("tok"),
+            Some(3),
+            items,
+            ObjectForm::Full,
+        )
+        .map(|c| c.unwrap())
+        .collect()
+        .await;
         assert!(chunks.len() > 2);
         let all: Vec<u8> = chunks.concat();
         let v: Value = serde_json::from_slice(&all).unwrap();
@@ -134,12 +226,44 @@ mod tests {
         assert_eq!(v["metadata"]["continue"], "tok");
         assert_eq!(v["metadata"]["remainingItemCount"], 3);
         assert_eq!(v["metadata"]["resourceVersion"], "7");
-        let empty: Vec<Bytes> = list_body("ConfigMapList", "v1", 1, None, None, vec![])
-            .map(|c| c.unwrap())
-            .collect()
-            .await;
+        let empty: Vec<Bytes> = list_body(
+            "ConfigMapList",
+            "v1",
+            1,
+            None,
+            None,
+            vec![],
+            ObjectForm::Full,
+        )
+        .map(|c| c.unwrap())
+        .collect()
+        .await;
         let v: Value = serde_json::from_slice(&empty.concat()).unwrap();
         assert_eq!(v["items"], json!([]));
+    }
+
+    #[test]
+    fn object_forms() {
+        let v = json!({"apiVersion": "example.org/v1", "kind": "Foo", "metadata": {"name": "a"}, "spec": {"x": 1}});
+        let rec = ObjectRecord::from_value(ObjKey::new("ns", "a"), &v).unwrap();
+        let parse = |f: ObjectForm| -> Value { serde_json::from_slice(&f.bytes(&rec)).unwrap() };
+        assert_eq!(parse(ObjectForm::Full), v);
+        let bare = parse(ObjectForm::NoTypeMeta);
+        assert!(bare.get("kind").is_none() && bare.get("apiVersion").is_none());
+        assert_eq!(bare["spec"]["x"], 1);
+        let v2 = parse(ObjectForm::at_version(
+            "Foo",
+            "example.org/v1",
+            "example.org/v2",
+        ));
+        assert_eq!(v2["apiVersion"], "example.org/v2");
+        assert_eq!(v2["spec"], v["spec"]);
+        assert_eq!(ObjectForm::at_version("Foo", "v1", "v1"), ObjectForm::Full);
+        let meta = parse(ObjectForm::Metadata);
+        assert_eq!(
+            meta,
+            json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": {"name": "a"}})
+        );
     }
 
     #[test]

@@ -215,7 +215,8 @@ impl Faults {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resource::{Registry, ResourceType};
+    use crate::registry::Registry;
+    use crate::resource::ResourceType;
 
     #[test]
     fn fail_next_is_consumed_in_order() {

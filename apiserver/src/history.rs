@@ -5,8 +5,6 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, OnceLock};
 
-use bytes::Bytes;
-
 use crate::object::ObjectRecord;
 
 /// What a write did to an object.
@@ -46,7 +44,7 @@ pub struct Event {
     pub prev: Option<Arc<ObjectRecord>>,
     /// `prev` re-stamped with `rv`, built once on first need: the real server sends this
     /// as the DELETED object when an update moves an object out of a watcher's selector.
-    prev_at_rv: OnceLock<Option<Bytes>>,
+    prev_at_rv: OnceLock<Option<Arc<ObjectRecord>>>,
 }
 
 impl Event {
@@ -68,14 +66,14 @@ impl Event {
         }
     }
 
-    /// JSON of the previous version stamped with this event's RV (shared by all watchers).
-    pub fn prev_json_at_rv(&self) -> Option<Bytes> {
+    /// The previous version stamped with this event's RV (shared by all watchers).
+    pub fn prev_at_rv(&self) -> Option<Arc<ObjectRecord>> {
         self.prev_at_rv
             .get_or_init(|| {
                 self.prev
                     .as_ref()
                     .and_then(|p| p.restamped(self.rv).ok())
-                    .map(|r| r.json)
+                    .map(Arc::new)
             })
             .clone()
     }
@@ -159,16 +157,16 @@ impl History {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::object::ObjKey;
+    use crate::key::ObjKey;
 
     fn ev(rv: u64) -> Arc<Event> {
-        let obj = Arc::new(ObjectRecord {
-            key: ObjKey::new("ns", "a"),
-            uid: String::new(),
+        let obj = Arc::new(ObjectRecord::from_rendered(
+            ObjKey::new("ns", "a"),
+            String::new(),
             rv,
-            labels: Default::default(),
-            json: Bytes::from_static(b"{}"),
-        });
+            Default::default(),
+            b"{}".to_vec(),
+        ));
         Arc::new(Event::new(rv, 0, EventKind::Modified, obj, None))
     }
 

@@ -43,12 +43,28 @@ pub fn seed_configmap(index: usize) -> Value {
 /// rendering JSON directly: fast enough for 100k objects in a debug build.
 pub fn seed_configmaps_fast(store: &Store, namespace: &str, count: usize) -> Result<(), ApiError> {
     let res = store.resolve("", "configmaps")?;
-    if !crate::object::valid_object_name(namespace) || namespace.contains('.') {
+    if !crate::names::valid_dns_label(namespace) {
         return Err(ApiError::bad_request(format!(
             "invalid namespace \"{namespace}\""
         )));
     }
     let created = crate::object::now_timestamp();
+    // What the generic create path records for these fields (see `managed_fields`).
+    let managed = if store.options().managed_fields {
+        format!(
+            concat!(
+                "\"managedFields\":[{{\"apiVersion\":\"v1\",\"fieldsType\":\"FieldsV1\",\"fieldsV1\":{{",
+                "\"f:data\":{{\".\":{{}},\"f:alpha\":{{}},\"f:beta\":{{}},\"f:delta\":{{}},\"f:gamma\":{{}}}},",
+                "\"f:metadata\":{{\"f:annotations\":{{\".\":{{}},\"f:kinformer.dev/seed\":{{}}}},",
+                "\"f:labels\":{{\".\":{{}},\"f:app\":{{}},\"f:shard\":{{}}}}}}}},",
+                "\"manager\":\"{}\",\"operation\":\"Update\",\"time\":\"{}\"}}],"
+            ),
+            crate::write::IN_PROCESS_MANAGER,
+            created
+        )
+    } else {
+        String::new()
+    };
     for index in 0..count {
         let name = format!("seed-{index:06}");
         let shard = (index % 10).to_string();
@@ -74,12 +90,12 @@ pub fn seed_configmaps_fast(store: &Store, namespace: &str, count: usize) -> Res
         store.create_rendered(res, key, labels, uid, |rv| {
             format!(
                 concat!(
-                    "{{\"apiVersion\":\"v1\",\"data\":{{\"alpha\":\"{}\",\"beta\":\"{}\",\"delta\":\"{}\",\"gamma\":\"{}\"}},",
-                    "\"kind\":\"ConfigMap\",\"metadata\":{{\"annotations\":{{\"kinformer.dev/seed\":\"true\"}},",
-                    "\"creationTimestamp\":\"{}\",\"generation\":1,\"labels\":{{\"app\":\"seed\",\"shard\":\"{}\"}},",
-                    "\"name\":\"{}\",\"namespace\":\"{}\",\"resourceVersion\":\"{}\",\"uid\":\"{}\"}}}}"
+                    "{{\"kind\":\"ConfigMap\",\"apiVersion\":\"v1\",\"metadata\":{{\"annotations\":{{\"kinformer.dev/seed\":\"true\"}},",
+                    "\"creationTimestamp\":\"{}\",\"labels\":{{\"app\":\"seed\",\"shard\":\"{}\"}},{}",
+                    "\"name\":\"{}\",\"namespace\":\"{}\",\"resourceVersion\":\"{}\",\"uid\":\"{}\"}},",
+                    "\"data\":{{\"alpha\":\"{}\",\"beta\":\"{}\",\"delta\":\"{}\",\"gamma\":\"{}\"}}}}"
                 ),
-                alpha, beta, delta, gamma, created, shard, name, namespace, rv, uid2
+                created, shard, managed, name, namespace, rv, uid2, alpha, beta, delta, gamma
             )
             .into_bytes()
         })?;
@@ -352,7 +368,8 @@ mod tests {
 
     #[test]
     fn fast_seeding_renders_the_same_object_as_the_generic_path() {
-        use crate::resource::{Registry, ResourceType};
+        use crate::registry::Registry;
+        use crate::resource::ResourceType;
         use crate::selector::ObjectFilter;
         let fast = Store::new(Registry::new(ResourceType::defaults()), 100, 10);
         seed_configmaps_fast(&fast, "ns", 3).unwrap();
@@ -364,6 +381,10 @@ mod tests {
             for f in ["uid", "creationTimestamp", "resourceVersion"] {
                 v["metadata"].as_object_mut().unwrap().remove(f);
             }
+            v["metadata"]["managedFields"][0]
+                .as_object_mut()
+                .unwrap()
+                .remove("time");
             v
         };
         let page = fast

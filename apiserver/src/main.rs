@@ -1,11 +1,16 @@
 //! `kinformer-apiserver`: run the embedded API server as a standalone process.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
-use kinformer_apiserver::{ApiServer, ChurnSpec, ServerConfig};
+use kinformer_apiserver::auth::{MASTERS, parse_token_file};
+use kinformer_apiserver::{
+    ApiServer, AuthConfig, Authorization, ChurnSpec, Rule, ServerConfig, TlsConfig, TokenUser,
+    UserInfo,
+};
 
 /// An embedded Kubernetes-compatible API server for tests, demos and benchmarks.
 #[derive(Debug, Parser)]
@@ -39,6 +44,89 @@ struct Args {
     /// Interval between watch BOOKMARKs, in milliseconds.
     #[arg(long, default_value_t = 1000)]
     bookmark_interval_ms: u64,
+    /// Keep objects and the resourceVersion counter in this directory across restarts
+    /// (and the generated CA with `--tls`).
+    #[arg(long, value_name = "DIR")]
+    data: Option<PathBuf>,
+    /// Serve HTTPS with a generated CA (kept in `--data` if given).
+    #[arg(long)]
+    tls: bool,
+    /// Write the CA certificate (PEM) here (with `--tls`).
+    #[arg(long, value_name = "FILE", requires = "tls")]
+    ca_out: Option<PathBuf>,
+    /// Authenticate requests: with no token given, a random token for user `admin`
+    /// (group system:masters) goes into `--kubeconfig-out`.
+    #[arg(long)]
+    auth: bool,
+    /// A token for user `admin` in group system:masters (turns authentication on).
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "KINFORMER_APISERVER_ADMIN_TOKEN",
+        hide_env_values = true
+    )]
+    admin_token: Option<String>,
+    /// Bearer tokens in kube-apiserver's format, `token,user,uid,"group1,group2"` per line
+    /// (turns authentication on).
+    #[arg(long, value_name = "FILE")]
+    token_auth_file: Option<PathBuf>,
+    /// Let requests without credentials through as system:anonymous.
+    #[arg(long)]
+    anonymous_auth: bool,
+    /// Authorization rules, a JSON list of {users, groups, verbs, apiGroups, resources,
+    /// namespaces, names, nonResourceURLs} (turns authentication on; without it every
+    /// authenticated user may do anything).
+    #[arg(long, value_name = "FILE")]
+    authorization_rules: Option<PathBuf>,
+    /// Write a kubeconfig for this server here (its URL, CA and a user's credentials).
+    #[arg(long, value_name = "FILE")]
+    kubeconfig_out: Option<PathBuf>,
+    /// The user of `--kubeconfig-out`: its token, else a client certificate naming it.
+    #[arg(long, default_value = "admin")]
+    kubeconfig_user: String,
+}
+
+/// The authentication the flags ask for, if any.
+fn auth_config(args: &Args) -> anyhow::Result<Option<AuthConfig>> {
+    let wanted = args.auth
+        || args.admin_token.is_some()
+        || args.token_auth_file.is_some()
+        || args.authorization_rules.is_some();
+    if !wanted {
+        return Ok(None);
+    }
+    let mut tokens = Vec::new();
+    if let Some(path) = &args.token_auth_file {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        tokens = parse_token_file(&text).with_context(|| format!("in {}", path.display()))?;
+    }
+    let admin = args.admin_token.clone().or_else(|| {
+        tokens
+            .is_empty()
+            .then(|| uuid::Uuid::new_v4().simple().to_string())
+    });
+    if let Some(token) = admin {
+        tokens.push(TokenUser {
+            token,
+            user: UserInfo::new("admin", [MASTERS]),
+        });
+    }
+    let authorization = match &args.authorization_rules {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let rules: Vec<Rule> = serde_json::from_str(&text)
+                .with_context(|| format!("parsing the rules in {}", path.display()))?;
+            Authorization::Rules(rules)
+        }
+        None => Authorization::AlwaysAllow,
+    };
+    Ok(Some(AuthConfig {
+        tokens,
+        anonymous: args.anonymous_auth,
+        authorization,
+    }))
 }
 
 fn main() -> anyhow::Result<()> {
@@ -61,6 +149,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
         listen: args.listen,
         history_limit: args.history,
         bookmark_interval: Duration::from_millis(args.bookmark_interval_ms),
+        tls: args.tls.then(TlsConfig::default),
+        auth: auth_config(&args)?,
+        data_dir: args.data.clone(),
         ..ServerConfig::default()
     };
     let server = ApiServer::start(config)
@@ -98,9 +189,24 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
         _ = std::future::ready(()) => {}
     }
+    if let (Some(path), Some(ca)) = (&args.ca_out, server.ca_pem()) {
+        std::fs::write(path, ca).with_context(|| format!("writing {}", path.display()))?;
+    }
     let url = server.url();
     println!("listening on {url}");
-    println!("try: kubectl --server {url} get configmaps -A");
+    match &args.kubeconfig_out {
+        Some(path) => {
+            server
+                .write_kubeconfig(path, &args.kubeconfig_user)
+                .context("writing the kubeconfig")?;
+            println!("kubeconfig: {}", path.display());
+            println!(
+                "try: KUBECONFIG={} kubectl get configmaps -A",
+                path.display()
+            );
+        }
+        None => println!("try: kubectl --server {url} get configmaps -A"),
+    }
     println!("faults: curl -X POST {url}/admin/faults/close-watches");
     if !interrupted {
         ctrl_c.await.context("waiting for Ctrl-C")?;

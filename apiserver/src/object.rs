@@ -1,39 +1,37 @@
-//! Stored objects: pre-serialised JSON bytes plus the metadata selectors need,
-//! and the metadata rules applied on create and update.
+//! Stored objects: pre-serialised JSON bytes plus what selectors, lists and the garbage
+//! collector need, and the metadata rules applied on create, update and delete.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use bytes::Bytes;
 use serde_json::{Map, Value};
 
-use crate::resource::ResourceType;
-use crate::selector::{valid_label_key, valid_label_value};
+pub use crate::key::ObjKey;
+use crate::resource::{ResourceType, StatusRule};
 use crate::status::ApiError;
 
-/// Key of an object inside one resource type: (namespace, name); namespace is `""` when cluster-scoped.
-///
-/// Ordered like the real server's etcd keys, so lists and continue tokens are deterministic.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ObjKey {
-    /// Namespace, `""` for cluster-scoped objects.
-    pub namespace: Arc<str>,
-    /// Object name.
-    pub name: Arc<str>,
-}
-
-impl ObjKey {
-    /// Build a key.
-    pub fn new(namespace: &str, name: &str) -> Self {
-        ObjKey {
-            namespace: Arc::from(namespace),
-            name: Arc::from(name),
-        }
-    }
+/// One entry of `metadata.ownerReferences`, as the garbage collector reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnerRef {
+    /// The owner's `apiVersion`.
+    pub api_version: String,
+    /// The owner's kind.
+    pub kind: String,
+    /// The owner's name (in the dependent's namespace when the owner is namespaced).
+    pub name: String,
+    /// The owner's uid: an owner with this name but another uid is gone.
+    pub uid: String,
+    /// `blockOwnerDeletion`: a foreground delete of the owner waits for this dependent.
+    pub block_owner_deletion: bool,
 }
 
 /// One stored object version. Immutable and shared (`Arc`) between the object map,
 /// the history ring and every watcher, so fan-out never re-serialises.
+///
+/// `json` is laid out as a real server writes objects: `kind`, `apiVersion`, `metadata`
+/// first. That lets a list drop `apiVersion`/`kind` from items, a multi-version custom
+/// resource rewrite `apiVersion`, and a metadata-only answer take `metadata`, all by
+/// slicing the bytes.
 #[derive(Debug)]
 pub struct ObjectRecord {
     /// Namespace and name.
@@ -46,6 +44,21 @@ pub struct ObjectRecord {
     pub labels: BTreeMap<String, String>,
     /// The full object as JSON, `resourceVersion` included.
     pub json: Bytes,
+    /// Layout of `json`: see [`Layout`].
+    pub layout: Layout,
+    /// `metadata.ownerReferences` (empty for most objects).
+    pub owners: Vec<OwnerRef>,
+}
+
+/// Where the parts of a record's JSON are. Invariant: when `body_start > 0`,
+/// `json[..body_start]` is exactly `{"kind":K,"apiVersion":V,`; when `metadata.1 > 0`,
+/// `json[metadata.0..metadata.1]` is the `metadata` object.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Layout {
+    /// Offset of the first field after `kind` and `apiVersion` (0: not laid out so).
+    pub body_start: u32,
+    /// Byte range of the `metadata` value (`(0, 0)`: not found).
+    pub metadata: (u32, u32),
 }
 
 impl ObjectRecord {
@@ -63,15 +76,36 @@ impl ObjectRecord {
             .and_then(|s| s.parse().ok())
             .unwrap_or(0);
         let labels = labels_of(value)?;
-        let json = serde_json::to_vec(value)
-            .map_err(|e| ApiError::internal(format!("serialising object: {e}")))?;
+        let json = encode_ordered(value)?;
         Ok(ObjectRecord {
             key,
             uid,
             rv,
             labels,
+            layout: Layout::of(&json),
+            owners: owner_refs(value),
             json: Bytes::from(json),
         })
+    }
+
+    /// A record from JSON the caller rendered (the fast seeding path): `json` must be a
+    /// complete object for `key` with these labels and uid.
+    pub fn from_rendered(
+        key: ObjKey,
+        uid: String,
+        rv: u64,
+        labels: BTreeMap<String, String>,
+        json: Vec<u8>,
+    ) -> Self {
+        ObjectRecord {
+            key,
+            uid,
+            rv,
+            labels,
+            layout: Layout::of(&json),
+            owners: Vec::new(),
+            json: Bytes::from(json),
+        }
     }
 
     /// Parse the stored JSON back into a value; an error (never a `null`
@@ -100,6 +134,145 @@ impl ObjectRecord {
         set_resource_version(&mut v, rv);
         Self::from_value(self.key.clone(), &v)
     }
+
+    /// The fields after `kind` and `apiVersion` (`None` when the JSON is not laid out so).
+    pub fn body_after_type_meta(&self) -> Option<&[u8]> {
+        let start = self.layout.body_start as usize;
+        (start > 0).then(|| self.json.get(start..)).flatten()
+    }
+
+    /// The `metadata` object's bytes, if found.
+    pub fn metadata_json(&self) -> Option<&[u8]> {
+        let (a, b) = self.layout.metadata;
+        (b > a)
+            .then(|| self.json.get(a as usize..b as usize))
+            .flatten()
+    }
+}
+
+impl Layout {
+    /// Find `kind`/`apiVersion`/`metadata` at the front of an object's JSON.
+    pub fn of(json: &[u8]) -> Layout {
+        let mut layout = Layout::default();
+        let mut pos = 1;
+        if json.first() != Some(&b'{') {
+            return layout;
+        }
+        for field in [&b"\"kind\":"[..], &b"\"apiVersion\":"[..]] {
+            if !json[pos..].starts_with(field) {
+                return layout;
+            }
+            pos += field.len();
+            let Some(end) = string_end(json, pos) else {
+                return layout;
+            };
+            pos = end;
+            if json.get(pos) != Some(&b',') {
+                return layout;
+            }
+            pos += 1;
+        }
+        layout.body_start = pos as u32;
+        let field = b"\"metadata\":";
+        if json[pos..].starts_with(field) {
+            let start = pos + field.len();
+            if let Some(end) = value_end(json, start) {
+                layout.metadata = (start as u32, end as u32);
+            }
+        }
+        layout
+    }
+}
+
+/// End (exclusive) of the JSON string starting at `start` (which must be `"`).
+fn string_end(json: &[u8], start: usize) -> Option<usize> {
+    if json.get(start) != Some(&b'"') {
+        return None;
+    }
+    let mut i = start + 1;
+    while i < json.len() {
+        match json[i] {
+            b'\\' => i += 2,
+            b'"' => return Some(i + 1),
+            _ => i += 1,
+        }
+    }
+    None
+}
+
+/// End (exclusive) of the JSON object starting at `start` (which must be `{`).
+fn value_end(json: &[u8], start: usize) -> Option<usize> {
+    if json.get(start) != Some(&b'{') {
+        return None;
+    }
+    let mut depth = 0usize;
+    let mut i = start;
+    while i < json.len() {
+        match json[i] {
+            b'"' => {
+                i = string_end(json, i)?;
+                continue;
+            }
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return Some(i + 1);
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
+/// Serialise an object as a real server orders it: `kind`, `apiVersion`, `metadata`, then
+/// the other fields.
+fn encode_ordered(value: &Value) -> Result<Vec<u8>, ApiError> {
+    let err = |e: serde_json::Error| ApiError::internal(format!("serialising object: {e}"));
+    let Some(obj) = value.as_object() else {
+        return serde_json::to_vec(value).map_err(err);
+    };
+    let mut out = Vec::with_capacity(512);
+    out.push(b'{');
+    let front = ["kind", "apiVersion", "metadata"];
+    let fields = front
+        .iter()
+        .filter_map(|k| obj.get_key_value(*k))
+        .chain(obj.iter().filter(|(k, _)| !front.contains(&k.as_str())));
+    for (i, (k, v)) in fields.enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        serde_json::to_writer(&mut out, k).map_err(err)?;
+        out.push(b':');
+        serde_json::to_writer(&mut out, v).map_err(err)?;
+    }
+    out.push(b'}');
+    Ok(out)
+}
+
+fn owner_refs(value: &Value) -> Vec<OwnerRef> {
+    let Some(refs) = value
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+    else {
+        return Vec::new();
+    };
+    let s = |r: &Value, f: &str| r.get(f).and_then(Value::as_str).unwrap_or("").to_string();
+    refs.iter()
+        .map(|r| OwnerRef {
+            api_version: s(r, "apiVersion"),
+            kind: s(r, "kind"),
+            name: s(r, "name"),
+            uid: s(r, "uid"),
+            block_owner_deletion: r
+                .get("blockOwnerDeletion")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+        })
+        .collect()
 }
 
 /// Read `metadata.labels`; non-string values are a bad request (the real decoder rejects them).
@@ -154,236 +327,39 @@ pub fn resource_version_of(value: &Value) -> Result<Option<u64>, ApiError> {
     }
 }
 
-fn str_field<'a>(meta: &'a Map<String, Value>, field: &str) -> Result<Option<&'a str>, ApiError> {
-    match meta.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) if s.is_empty() => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(other) => Err(ApiError::bad_request(format!(
-            "metadata.{field}: expected string, got {other}"
-        ))),
-    }
-}
-
-/// Whether `name` is a lowercase RFC 1123 subdomain (what most kinds require).
-pub fn valid_object_name(name: &str) -> bool {
-    name.len() <= 253
-        && !name.is_empty()
-        && name.split('.').all(|part| {
-            let b = part.as_bytes();
-            !b.is_empty()
-                && b[0].is_ascii_alphanumeric()
-                && b[b.len() - 1].is_ascii_alphanumeric()
-                && b.iter()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        })
-}
-
-/// The checks every write body goes through: a JSON object of the right kind and apiVersion,
-/// with an object `metadata`. Missing `kind`/`apiVersion` are filled in.
-pub fn check_body(rt: &ResourceType, value: &mut Value) -> Result<(), ApiError> {
-    let api_version = rt.api_version();
-    let Some(obj) = value.as_object_mut() else {
-        return Err(ApiError::bad_request(format!(
-            "the body of the request was in an unknown format: expected a JSON object for {}",
-            rt.kind
-        )));
-    };
-    match obj.get("kind") {
-        None | Some(Value::Null) => {
-            obj.insert("kind".into(), Value::String(rt.kind.clone()));
-        }
-        Some(Value::String(k)) if *k == rt.kind => {}
-        Some(Value::String(k)) if k.is_empty() => {
-            obj.insert("kind".into(), Value::String(rt.kind.clone()));
-        }
-        Some(other) => {
-            let shown = other
-                .as_str()
-                .map(str::to_string)
-                .unwrap_or_else(|| other.to_string());
-            return Err(ApiError::bad_request(format!(
-                "{shown} in version \"{}\" cannot be handled as a {}: the kind in the data ({shown}) does not match the expected kind ({})",
-                rt.version, rt.kind, rt.kind
-            )));
-        }
-    }
-    match obj.get("apiVersion") {
-        None | Some(Value::Null) => {
-            obj.insert("apiVersion".into(), Value::String(api_version));
-        }
-        Some(Value::String(v)) if *v == api_version => {}
-        Some(Value::String(v)) if v.is_empty() => {
-            obj.insert("apiVersion".into(), Value::String(api_version));
-        }
-        Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "the API version in the data ({}) does not match the expected API version ({api_version})",
-                other
-                    .as_str()
-                    .map(str::to_string)
-                    .unwrap_or_else(|| other.to_string())
-            )));
-        }
-    }
-    match obj.get("metadata") {
-        None | Some(Value::Null) => {
-            obj.insert("metadata".into(), Value::Object(Map::new()));
-        }
-        Some(Value::Object(_)) => {}
-        Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "metadata: expected an object, got {other}"
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// Resolve and validate the namespace of a body against the request's namespace.
-/// Returns the namespace to store under (`""` for cluster-scoped types).
-pub fn resolve_namespace(
-    rt: &ResourceType,
-    value: &mut Value,
-    request_namespace: Option<&str>,
-) -> Result<String, ApiError> {
-    let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) else {
-        return Err(ApiError::bad_request("metadata: expected an object"));
-    };
-    if !rt.namespaced {
-        meta.remove("namespace");
-        return Ok(String::new());
-    }
-    let body_ns = str_field(meta, "namespace")?.map(str::to_string);
-    let ns = match (request_namespace, body_ns) {
-        (Some(req), Some(body)) if req != body => {
-            return Err(ApiError::bad_request(
-                "the namespace of the provided object does not match the namespace sent on the request",
-            ));
-        }
-        (Some(req), _) => req.to_string(),
-        (None, Some(body)) => body,
-        (None, None) => "default".to_string(),
-    };
-    if !valid_object_name(&ns) || ns.contains('.') {
-        return Err(ApiError::invalid(
-            &rt.kind,
-            "",
-            "metadata.namespace",
-            "FieldValueInvalid",
-            &format!(
-                "Invalid value: \"{ns}\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-'"
-            ),
-        ));
-    }
-    meta.insert("namespace".into(), Value::String(ns.clone()));
-    Ok(ns)
-}
-
-/// Validate name (already resolved) and labels; 422 Invalid like the real server.
-pub fn validate_metadata(rt: &ResourceType, value: &Value, name: &str) -> Result<(), ApiError> {
-    if !valid_object_name(name) {
-        return Err(ApiError::invalid(
-            &rt.kind,
-            name,
-            "metadata.name",
-            "FieldValueInvalid",
-            &format!(
-                "Invalid value: \"{name}\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
-            ),
-        ));
-    }
-    for (k, v) in labels_of(value)? {
-        if !valid_label_key(&k) {
-            return Err(ApiError::invalid(
-                &rt.kind,
-                name,
-                "metadata.labels",
-                "FieldValueInvalid",
-                &format!(
-                    "Invalid value: \"{k}\": name part must consist of alphanumeric characters, '-', '_' or '.'"
-                ),
-            ));
-        }
-        if !valid_label_value(&v) {
-            return Err(ApiError::invalid(
-                &rt.kind,
-                name,
-                "metadata.labels",
-                "FieldValueInvalid",
-                &format!(
-                    "Invalid value: \"{v}\": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.'"
-                ),
-            ));
-        }
-    }
-    if let Some(ann) = value.get("metadata").and_then(|m| m.get("annotations"))
-        && !ann.is_null()
-        && !ann
-            .as_object()
-            .is_some_and(|m| m.values().all(|v| v.is_string()))
-    {
-        return Err(ApiError::bad_request(
-            "metadata.annotations: expected map of strings",
-        ));
-    }
-    Ok(())
-}
-
-/// The name in the body, or one derived from `generateName` (5 random characters, like the real server).
-pub fn resolve_name_for_create(rt: &ResourceType, value: &mut Value) -> Result<String, ApiError> {
-    let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) else {
-        return Err(ApiError::bad_request("metadata: expected an object"));
-    };
-    if let Some(name) = str_field(meta, "name")? {
-        return Ok(name.to_string());
-    }
-    if let Some(prefix) = str_field(meta, "generateName")? {
-        let name = format!("{prefix}{}", random_suffix());
-        meta.insert("name".into(), Value::String(name.clone()));
-        return Ok(name);
-    }
-    Err(ApiError::invalid(
-        &rt.kind,
-        "",
-        "metadata.name",
-        "FieldValueRequired",
-        "Required value: name or generateName is required",
-    ))
-}
-
-/// The name in the body of an update, if any.
-pub fn body_name(value: &Value) -> Result<Option<String>, ApiError> {
-    match value.get("metadata").and_then(Value::as_object) {
-        Some(meta) => Ok(str_field(meta, "name")?.map(str::to_string)),
-        None => Ok(None),
-    }
-}
-
-fn random_suffix() -> String {
-    use rand::Rng;
-    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    let mut rng = rand::rng();
-    (0..5)
-        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
-        .collect()
-}
-
-/// Current time as the real server formats `creationTimestamp` (RFC 3339, seconds, UTC).
+/// Current time as the real server formats timestamps (RFC 3339, seconds, UTC).
 pub fn now_timestamp() -> String {
-    let now = jiff::Timestamp::now();
-    now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+    timestamp_after(0)
 }
 
-/// Fill the server-owned metadata of a new object.
-pub fn stamp_new(value: &mut Value, rv: u64) {
+/// The time `secs` seconds from now, formatted like [`now_timestamp`].
+pub fn timestamp_after(secs: i64) -> String {
+    let now = jiff::Timestamp::now();
+    let t = now
+        .checked_add(jiff::SignedDuration::from_secs(secs))
+        .unwrap_or(now);
+    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// Fill the server-owned metadata of a new object; `generation: 1` only for kinds that
+/// have one, and no `status` for kinds whose status is a separate subresource.
+pub fn stamp_new(rt: &ResourceType, value: &mut Value, rv: u64) {
+    if rt.status == StatusRule::Separate
+        && let Some(obj) = value.as_object_mut()
+    {
+        obj.remove("status");
+    }
     if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
         meta.insert(
             "uid".into(),
             Value::String(uuid::Uuid::new_v4().to_string()),
         );
         meta.insert("creationTimestamp".into(), Value::String(now_timestamp()));
-        meta.insert("generation".into(), Value::from(1u64));
+        if rt.generation {
+            meta.insert("generation".into(), Value::from(1u64));
+        } else {
+            meta.remove("generation");
+        }
         meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
         meta.remove("deletionTimestamp");
         meta.remove("deletionGracePeriodSeconds");
@@ -407,6 +383,43 @@ pub fn finalizers(value: &Value) -> Vec<&str> {
         .unwrap_or_default()
 }
 
+/// Add a finalizer if it is not there yet.
+pub fn add_finalizer(value: &mut Value, finalizer: &str) {
+    if finalizers(value).contains(&finalizer) {
+        return;
+    }
+    if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+        let list = meta
+            .entry("finalizers")
+            .or_insert_with(|| Value::Array(Vec::new()));
+        if !list.is_array() {
+            *list = Value::Array(Vec::new());
+        }
+        if let Some(a) = list.as_array_mut() {
+            a.push(Value::String(finalizer.to_string()));
+        }
+    }
+}
+
+/// Remove a finalizer; whether it was there.
+pub fn remove_finalizer(value: &mut Value, finalizer: &str) -> bool {
+    let Some(list) = value
+        .pointer_mut("/metadata/finalizers")
+        .and_then(Value::as_array_mut)
+    else {
+        return false;
+    };
+    let before = list.len();
+    list.retain(|f| f.as_str() != Some(finalizer));
+    let removed = list.len() != before;
+    if list.is_empty()
+        && let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut)
+    {
+        meta.remove("finalizers");
+    }
+    removed
+}
+
 /// The object was asked to be deleted and waits for its finalizers.
 pub fn deletion_requested(value: &Value) -> bool {
     value
@@ -414,23 +427,33 @@ pub fn deletion_requested(value: &Value) -> bool {
         .is_some_and(|t| !t.is_null())
 }
 
-/// Marks an object with finalizers as being deleted, as the real server
-/// does instead of removing it: `deletionTimestamp` now, grace period 0.
-pub fn mark_for_deletion(value: &mut Value) {
+/// Marks an object as being deleted, as the real server does instead of removing it when
+/// finalizers or a grace period hold the delete: `deletionTimestamp` now plus the grace
+/// period, `deletionGracePeriodSeconds` the grace period.
+pub fn mark_for_deletion(value: &mut Value, grace_seconds: u64) {
     if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.insert("deletionTimestamp".into(), Value::String(now_timestamp()));
-        meta.insert("deletionGracePeriodSeconds".into(), Value::from(0u64));
+        let grace = i64::try_from(grace_seconds).unwrap_or(i64::MAX / 2);
+        meta.insert(
+            "deletionTimestamp".into(),
+            Value::String(timestamp_after(grace)),
+        );
+        meta.insert(
+            "deletionGracePeriodSeconds".into(),
+            Value::from(grace_seconds),
+        );
     }
 }
 
-/// Everything but `metadata` and `status`: a change here bumps `generation`.
-fn spec_part(value: &Value) -> Map<String, Value> {
+/// What bumps `generation`: everything but `metadata` (and `status` when it is a subresource).
+fn generation_part<'a>(rt: &ResourceType, value: &'a Value) -> Vec<(&'a String, &'a Value)> {
+    let skip_status = rt.status != StatusRule::None;
     value
         .as_object()
         .map(|o| {
             o.iter()
-                .filter(|(k, _)| !matches!(k.as_str(), "metadata" | "status"))
-                .map(|(k, v)| (k.clone(), v.clone()))
+                .filter(|(k, _)| {
+                    k.as_str() != "metadata" && !(skip_status && k.as_str() == "status")
+                })
                 .collect()
         })
         .unwrap_or_default()
@@ -438,13 +461,13 @@ fn spec_part(value: &Value) -> Map<String, Value> {
 
 /// Carry server-owned metadata from the old version into an update; returns whether
 /// anything changed at all (a no-op update writes nothing, like the real server).
-pub fn carry_over_for_update(old: &Value, new: &mut Value) -> bool {
+pub fn carry_over_for_update(rt: &ResourceType, old: &Value, new: &mut Value) -> bool {
     let old_meta = old.get("metadata").and_then(Value::as_object);
     let generation = old_meta
         .and_then(|m| m.get("generation"))
         .and_then(Value::as_u64)
         .unwrap_or(1);
-    let spec_changed = spec_part(old) != spec_part(new);
+    let spec_changed = rt.generation && generation_part(rt, old) != generation_part(rt, new);
     if let (Some(old_meta), Some(meta)) = (
         old_meta,
         new.get_mut("metadata").and_then(Value::as_object_mut),
@@ -466,18 +489,74 @@ pub fn carry_over_for_update(old: &Value, new: &mut Value) -> bool {
                 }
             }
         }
-        meta.insert(
-            "generation".into(),
-            Value::from(if spec_changed {
-                generation + 1
-            } else {
-                generation
-            }),
-        );
+        if rt.generation {
+            meta.insert(
+                "generation".into(),
+                Value::from(if spec_changed {
+                    generation + 1
+                } else {
+                    generation
+                }),
+            );
+        } else {
+            meta.remove("generation");
+        }
         // Drop explicit nulls so a merge-style body does not leave `null` fields behind.
         meta.retain(|_, v| !v.is_null());
     }
     old != new
+}
+
+/// Keep `status` as it was (the main endpoint of a type whose status is a subresource).
+pub fn keep_status(old: &Value, new: &mut Value) {
+    if let Some(obj) = new.as_object_mut() {
+        match old.get("status") {
+            Some(s) => {
+                obj.insert("status".into(), s.clone());
+            }
+            None => {
+                obj.remove("status");
+            }
+        }
+    }
+}
+
+/// The `/status` endpoint: the old object with only `status` taken from `new`.
+pub fn only_status(old: &Value, new: &Value) -> Value {
+    let mut out = old.clone();
+    if let Some(obj) = out.as_object_mut() {
+        match new.get("status") {
+            Some(s) if !s.is_null() => {
+                obj.insert("status".into(), s.clone());
+            }
+            _ => {
+                obj.remove("status");
+            }
+        }
+    }
+    // The body's resourceVersion is the precondition of the write.
+    if let (Some(meta), Some(rv)) = (
+        out.get_mut("metadata").and_then(Value::as_object_mut),
+        new.pointer("/metadata/resourceVersion"),
+    ) {
+        meta.insert("resourceVersion".into(), rv.clone());
+    }
+    out
+}
+
+/// A string field of `metadata`, `None` when absent or empty.
+pub fn meta_str<'a>(
+    meta: &'a Map<String, Value>,
+    field: &str,
+) -> Result<Option<&'a str>, ApiError> {
+    match meta.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s.is_empty() => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "metadata.{field}: expected string, got {other}"
+        ))),
+    }
 }
 
 #[cfg(test)]
@@ -486,59 +565,78 @@ mod tests {
     use serde_json::json;
 
     fn cm() -> ResourceType {
-        ResourceType::new("", "v1", "ConfigMap", "configmaps", true)
-    }
-
-    #[test]
-    fn check_body_rejects_wrong_kind_and_fills_missing() {
-        let rt = ResourceType::new("", "v1", "Secret", "secrets", true);
-        let mut v = json!({"kind": "ConfigMap", "metadata": {"name": "a"}});
-        assert_eq!(check_body(&rt, &mut v).unwrap_err().code, 400);
-        let mut v = json!({"metadata": {"name": "a"}});
-        check_body(&rt, &mut v).unwrap();
-        assert_eq!(v["kind"], "Secret");
-        assert_eq!(v["apiVersion"], "v1");
-        let mut v = json!([1]);
-        assert_eq!(check_body(&rt, &mut v).unwrap_err().code, 400);
-    }
-
-    #[test]
-    fn names_and_generate_name() {
-        let rt = cm();
-        let mut v = json!({"metadata": {"generateName": "x-"}});
-        let n = resolve_name_for_create(&rt, &mut v).unwrap();
-        assert!(n.starts_with("x-") && n.len() == 7);
-        let mut v = json!({"metadata": {}});
-        let e = resolve_name_for_create(&rt, &mut v).unwrap_err();
-        assert_eq!((e.code, e.reason), (422, crate::status::Reason::Invalid));
-        assert!(validate_metadata(&rt, &json!({}), "Bad_Name").is_err());
-        assert!(
-            validate_metadata(&rt, &json!({"metadata": {"labels": {"a": "b c"}}}), "ok").is_err()
-        );
-    }
-
-    #[test]
-    fn namespace_resolution() {
-        let rt = cm();
-        let mut v = json!({"metadata": {"namespace": "a"}});
-        assert_eq!(
-            resolve_namespace(&rt, &mut v, Some("b")).unwrap_err().code,
-            400
-        );
-        let mut v = json!({"metadata": {}});
-        assert_eq!(resolve_namespace(&rt, &mut v, Some("b")).unwrap(), "b");
-        assert_eq!(v["metadata"]["namespace"], "b");
+        ResourceType::new("", "v1", "ConfigMap", "configmaps", true).builtin()
     }
 
     #[test]
     fn update_carry_over_and_generation() {
-        let old = json!({"metadata": {"name": "a", "uid": "u", "generation": 3, "resourceVersion": "7", "creationTimestamp": "t"}, "data": {"k": "v"}});
+        let deploy = ResourceType::new("apps", "v1", "Deployment", "deployments", true)
+            .builtin()
+            .with_generation(true)
+            .with_status(StatusRule::Separate);
+        let old = json!({"metadata": {"name": "a", "uid": "u", "generation": 3, "resourceVersion": "7", "creationTimestamp": "t"}, "spec": {"k": "v"}});
         let mut same =
-            json!({"metadata": {"name": "a", "resourceVersion": "7"}, "data": {"k": "v"}});
-        assert!(!carry_over_for_update(&old, &mut same));
-        let mut changed = json!({"metadata": {"name": "a"}, "data": {"k": "w"}});
-        assert!(carry_over_for_update(&old, &mut changed));
+            json!({"metadata": {"name": "a", "resourceVersion": "7"}, "spec": {"k": "v"}});
+        assert!(!carry_over_for_update(&deploy, &old, &mut same));
+        let mut changed = json!({"metadata": {"name": "a"}, "spec": {"k": "w"}});
+        assert!(carry_over_for_update(&deploy, &old, &mut changed));
         assert_eq!(changed["metadata"]["generation"], 4);
         assert_eq!(changed["metadata"]["uid"], "u");
+        // a status change does not bump it
+        let mut status = json!({"metadata": {"name": "a"}, "spec": {"k": "v"}, "status": {"x": 1}});
+        assert!(carry_over_for_update(&deploy, &old, &mut status));
+        assert_eq!(status["metadata"]["generation"], 3);
+        // kinds without generation never get one
+        let mut data = json!({"metadata": {"name": "a", "generation": 9}, "data": {"k": "w"}});
+        assert!(carry_over_for_update(&cm(), &old, &mut data));
+        assert!(data["metadata"].get("generation").is_none());
+    }
+
+    #[test]
+    fn records_are_laid_out_like_a_real_servers_objects() {
+        let v = json!({"data": {"k": "v"}, "metadata": {"name": "a", "labels": {"x": "}\"{"}}, "apiVersion": "v1", "kind": "ConfigMap"});
+        let rec = ObjectRecord::from_value(ObjKey::new("ns", "a"), &v).unwrap();
+        let text = std::str::from_utf8(&rec.json).unwrap();
+        assert!(
+            text.starts_with(r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":"#),
+            "{text}"
+        );
+        let body = std::str::from_utf8(rec.body_after_type_meta().unwrap()).unwrap();
+        assert!(body.starts_with(r#""metadata":"#));
+        let meta: Value = serde_json::from_slice(rec.metadata_json().unwrap()).unwrap();
+        assert_eq!(meta, v["metadata"]);
+        assert_eq!(rec.parsed().unwrap(), v);
+        // Not laid out: no slices, never a wrong one.
+        let odd = Layout::of(br#"{"metadata":{},"kind":"X"}"#);
+        assert_eq!(odd, Layout::default());
+        assert_eq!(
+            Layout::of(br#"{"kind":"X","apiVersion":"v1"}"#).body_start,
+            0
+        );
+    }
+
+    #[test]
+    fn finalizers_add_and_remove() {
+        let mut v = json!({"metadata": {"name": "a"}});
+        add_finalizer(&mut v, "f");
+        add_finalizer(&mut v, "f");
+        assert_eq!(finalizers(&v), ["f"]);
+        assert!(remove_finalizer(&mut v, "f"));
+        assert!(v["metadata"].get("finalizers").is_none());
+        assert!(!remove_finalizer(&mut v, "f"));
+    }
+
+    #[test]
+    fn status_subresource_views() {
+        let old = json!({"metadata": {"name": "a", "resourceVersion": "3"}, "spec": {"r": 1}, "status": {"s": 1}});
+        let body = json!({"metadata": {"name": "a", "resourceVersion": "2", "labels": {"x": "y"}}, "spec": {"r": 5}, "status": {"s": 2}});
+        let st = only_status(&old, &body);
+        assert_eq!(st["spec"]["r"], 1);
+        assert_eq!(st["status"]["s"], 2);
+        assert!(st["metadata"].get("labels").is_none());
+        assert_eq!(st["metadata"]["resourceVersion"], "2");
+        let mut main = body.clone();
+        keep_status(&old, &mut main);
+        assert_eq!(main["status"]["s"], 1);
     }
 }

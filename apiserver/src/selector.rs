@@ -4,6 +4,9 @@ use std::collections::BTreeMap;
 
 use thiserror::Error;
 
+use crate::names::{valid_label_key, valid_label_value};
+use crate::object::ObjectRecord;
+
 /// A selector string that does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error("unable to parse requirement: {0}")]
@@ -125,35 +128,6 @@ fn lex(input: &str) -> Vec<Token> {
         }
     }
     out
-}
-
-fn valid_name_part(s: &str) -> bool {
-    let bytes = s.as_bytes();
-    !bytes.is_empty()
-        && bytes.len() <= 63
-        && bytes[0].is_ascii_alphanumeric()
-        && bytes[bytes.len() - 1].is_ascii_alphanumeric()
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-}
-
-/// A label key's prefix is a DNS subdomain: the object-name rule.
-fn valid_dns_subdomain(s: &str) -> bool {
-    crate::object::valid_object_name(s)
-}
-
-/// Whether `key` is a valid label key (`[prefix/]name`).
-pub fn valid_label_key(key: &str) -> bool {
-    match key.split_once('/') {
-        Some((prefix, name)) => valid_dns_subdomain(prefix) && valid_name_part(name),
-        None => valid_name_part(key),
-    }
-}
-
-/// Whether `value` is a valid label value (empty allowed).
-pub fn valid_label_value(value: &str) -> bool {
-    value.is_empty() || valid_name_part(value)
 }
 
 struct Parser {
@@ -618,7 +592,7 @@ pub struct ObjectFilter {
 
 impl ObjectFilter {
     /// Whether the object is selected.
-    pub fn matches(&self, object: &crate::object::ObjectRecord) -> bool {
+    pub fn matches(&self, object: &ObjectRecord) -> bool {
         self.namespace
             .as_deref()
             .is_none_or(|ns| *object.key.namespace == *ns)

@@ -14,18 +14,25 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::answers::{Answering, apply_needs_manager, path_version, write_options};
 use crate::config::ServerConfig;
+use crate::delete::DeleteOptions;
+use crate::discovery;
 use crate::encode::list_body;
 use crate::faults::{Failure, Faults, Verb};
-use crate::object::{ObjKey, ObjectRecord};
+use crate::key::ObjKey;
+use crate::negotiate::{self, DiscoveryForm, Representation};
+use crate::openapi;
 use crate::patch::{self, PatchKind};
 use crate::query::{ListAt, Query, RvParam};
 use crate::resource::ResourceType;
+use crate::scale;
 use crate::selector::ObjectFilter;
 use crate::status::{ApiError, Reason};
-use crate::store::{DeletePreconditions, Store, WatchRegisterError, WatchStart};
+use crate::store::{Store, WatchRegisterError, WatchStart};
 use crate::table;
-use crate::watch::{WatchSpec, WatchStream, single_error_stream};
+use crate::watch::{EventForm, WatchSpec, WatchStream, single_error_stream};
+use crate::write::Subresource;
 
 /// Shared state of the HTTP layer.
 pub struct AppState {
@@ -57,15 +64,6 @@ fn json_response(code: StatusCode, value: &Value) -> Response {
         code,
         [(header::CONTENT_TYPE, "application/json")],
         Body::from(value.to_string()),
-    )
-        .into_response()
-}
-
-fn bytes_response(code: StatusCode, bytes: Bytes) -> Response {
-    (
-        code,
-        [(header::CONTENT_TYPE, "application/json")],
-        Body::from(bytes),
     )
         .into_response()
 }
@@ -133,24 +131,24 @@ fn parse_target(state: &AppState, path: &str) -> Result<Target, ApiError> {
         .collect();
     let reg = state.store.registry();
     match segs.as_slice() {
-        ["api"] => Ok(Target::Doc(reg.api_versions(&state.addr.to_string()))),
-        ["api", v] => reg
-            .api_resource_list("", v)
+        ["api"] => Ok(Target::Doc(discovery::api_versions(
+            &state.addr.to_string(),
+        ))),
+        ["api", v] => discovery::api_resource_list(&reg, "", v)
             .map(Target::Doc)
             .ok_or_else(not_found_path),
-        ["apis"] => Ok(Target::Doc(reg.api_group_list())),
-        ["apis", g] => reg.api_group(g).map(Target::Doc).ok_or_else(not_found_path),
-        ["apis", g, v] => reg
-            .api_resource_list(g, v)
+        ["apis"] => Ok(Target::Doc(discovery::api_group_list(&reg))),
+        ["apis", g] => discovery::api_group(&reg, g)
             .map(Target::Doc)
             .ok_or_else(not_found_path),
-        ["openapi", "v3"] => Ok(Target::Doc(reg.openapi_v3_root())),
-        ["openapi", "v3", "api", v] => reg
-            .openapi_v3_doc("", v)
+        ["apis", g, v] => discovery::api_resource_list(&reg, g, v)
             .map(Target::Doc)
             .ok_or_else(not_found_path),
-        ["openapi", "v3", "apis", g, v] => reg
-            .openapi_v3_doc(g, v)
+        ["openapi", "v3"] => Ok(Target::Doc(openapi::root(&reg))),
+        ["openapi", "v3", "api", v] => openapi::group_version_doc(&reg, "", v)
+            .map(Target::Doc)
+            .ok_or_else(not_found_path),
+        ["openapi", "v3", "apis", g, v] => openapi::group_version_doc(&reg, g, v)
             .map(Target::Doc)
             .ok_or_else(not_found_path),
         ["api", v, rest @ ..] => resource_target(state, "", v, rest),
@@ -201,11 +199,31 @@ fn resource_target(
     }
 }
 
-fn wants_table(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|a| a.contains("as=Table"))
+fn accept(headers: &HeaderMap) -> Option<&str> {
+    headers.get(header::ACCEPT).and_then(|v| v.to_str().ok())
+}
+
+/// `/api` and `/apis` in the aggregated form, when the client asks first for it and the
+/// server offers it (`ServerConfig::aggregated_discovery`).
+fn aggregated_discovery(state: &AppState, path: &str, headers: &HeaderMap) -> Option<Response> {
+    let core = match path.trim_matches('/') {
+        "api" => true,
+        "apis" => false,
+        _ => return None,
+    };
+    let DiscoveryForm::Aggregated(version) =
+        negotiate::discovery(accept(headers), state.config.aggregated_discovery)
+    else {
+        return None;
+    };
+    let doc = discovery::aggregated(&state.store.registry(), core, version);
+    let mut resp = json_response(StatusCode::OK, &doc);
+    if let Ok(ct) = HeaderValue::from_str(&version.content_type()) {
+        resp.headers_mut().insert(header::CONTENT_TYPE, ct);
+    }
+    resp.headers_mut()
+        .insert(header::VARY, HeaderValue::from_static("Accept"));
+    Some(resp)
 }
 
 async fn api(State(state): State<Arc<AppState>>, req: Request) -> Response {
@@ -231,6 +249,11 @@ fn verb_for(method: &Method, has_name: bool, watch: bool) -> Option<Verb> {
 async fn api_inner(state: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
+    if method == Method::GET
+        && let Some(resp) = aggregated_discovery(state, &path, req.headers())
+    {
+        return Ok(resp);
+    }
     let target = parse_target(state, &path)?;
     let (res, namespace, name, subresource, watch_path) = match target {
         Target::Doc(doc) => {
@@ -252,19 +275,16 @@ async fn api_inner(state: &Arc<AppState>, req: Request) -> Result<Response, ApiE
             watch_path,
         } => (res, namespace, name, subresource, watch_path),
     };
-    if let Some(sub) = &subresource
-        && sub != "status"
-    {
-        return Err(not_found_path());
-    }
-    let rt = state
-        .store
-        .registry()
-        .types()
-        .get(res)
-        .cloned()
-        .ok_or_else(not_found_path)?;
-    let mut query = Query::parse(req.uri().query())?;
+    let rt = state.store.rt(res)?;
+    let subresource = match subresource.as_deref() {
+        None => None,
+        Some("status") if rt.status.has_endpoint() => Some(Subresource::Status),
+        Some("scale") if rt.scale.is_some() => Some(Subresource::Scale),
+        Some(_) => return Err(not_found_path()),
+    };
+    let version = path_version(&path).unwrap_or(&rt.version).to_string();
+    let raw_query = req.uri().query().map(str::to_string);
+    let mut query = Query::parse(raw_query.as_deref())?;
     query.watch |= watch_path;
     if watch_path && method != Method::GET {
         return Err(ApiError::new(
@@ -289,14 +309,42 @@ async fn api_inner(state: &Arc<AppState>, req: Request) -> Result<Response, ApiE
         return Err(failure.to_error());
     }
 
-    let table = wants_table(req.headers());
+    let representation = negotiate::representation(accept(req.headers()), verb == Verb::List)?;
+    let answering = Answering {
+        rt: &rt,
+        version: &version,
+        representation,
+    };
+    let opts = write_options(
+        req.headers(),
+        raw_query.as_deref(),
+        &version,
+        subresource,
+        query.dry_run,
+    );
     let ns = namespace.as_deref();
+    let scale_paths = rt
+        .scale
+        .clone()
+        .filter(|_| subresource == Some(Subresource::Scale));
+    if subresource.is_some() && !matches!(verb, Verb::Get | Verb::Update | Verb::Patch) {
+        return Err(ApiError::new(
+            Reason::MethodNotAllowed,
+            format!("the server does not allow this method on the requested resource ({method})"),
+        ));
+    }
     match (verb, name) {
-        (Verb::Watch, name) => watch(state, res, &rt, namespace, name, &query, table).await,
-        (Verb::List, _) => list(state, res, &rt, namespace, &query, table).await,
+        (Verb::Watch, name) => watch(state, res, &answering, namespace, name, &query).await,
+        (Verb::List, _) => list(state, res, &answering, namespace, &query).await,
         (Verb::Get, Some(name)) => {
             let rec = state.store.get(res, &key(&rt, ns, &name))?;
-            Ok(object_response(StatusCode::OK, &rt, &rec, table))
+            if let Some(paths) = &scale_paths {
+                return Ok(json_response(
+                    StatusCode::OK,
+                    &scale::to_scale(paths, &rec.parsed()?),
+                ));
+            }
+            Ok(answering.object(StatusCode::OK, &rec))
         }
         (Verb::Create, None) => {
             if rt.namespaced && ns.is_none() {
@@ -305,16 +353,26 @@ async fn api_inner(state: &Arc<AppState>, req: Request) -> Result<Response, ApiE
                     "create requires a namespace in the path for namespaced resources",
                 ));
             }
-            let body = read_json(state, req).await?;
-            let rec = state.store.create(res, ns, body, query.dry_run)?;
-            Ok(bytes_response(StatusCode::CREATED, rec.json.clone()))
+            let mut body = read_json(state, req).await?;
+            scale::default_replicas(&rt, &mut body);
+            let rec = state.store.create_with(res, ns, body, &opts)?;
+            Ok(answering.object(StatusCode::CREATED, &rec))
         }
         (Verb::Update, Some(name)) => {
             let body = read_json(state, req).await?;
-            let rec = state
-                .store
-                .update(res, ns, Some(&name), body, query.dry_run)?;
-            Ok(bytes_response(StatusCode::OK, rec.json.clone()))
+            if let Some(paths) = &scale_paths {
+                let rec = state
+                    .store
+                    .modify_with(res, &key(&rt, ns, &name), &opts, |old| {
+                        scale::apply_scale(paths, old, &body)
+                    })?;
+                return Ok(json_response(
+                    StatusCode::OK,
+                    &scale::to_scale(paths, &rec.parsed()?),
+                ));
+            }
+            let rec = state.store.update_with(res, ns, Some(&name), body, &opts)?;
+            Ok(answering.object(StatusCode::OK, &rec))
         }
         (Verb::Patch, Some(name)) => {
             let ct = req
@@ -329,11 +387,28 @@ async fn api_inner(state: &Arc<AppState>, req: Request) -> Result<Response, ApiE
                     format!("strategic merge patch is not supported for {}", rt.kind),
                 ));
             }
+            let mut opts = opts;
             let body = read_body(state, req).await?;
+            if kind == PatchKind::Apply {
+                apply_needs_manager(raw_query.as_deref())?;
+                opts.applied = serde_json::from_slice(&body).ok();
+            }
             let k = key(&rt, ns, &name);
-            match state.store.modify(res, &k, query.dry_run, |doc| {
-                patch::apply(kind, doc, &body, state.config.max_body_bytes)
-            }) {
+            let limit = state.config.max_body_bytes;
+            if let Some(paths) = &scale_paths {
+                let rec = state.store.modify_with(res, &k, &opts, |old| {
+                    let patched = patch::apply(kind, scale::to_scale(paths, &old), &body, limit)?;
+                    scale::apply_scale(paths, old, &patched)
+                })?;
+                return Ok(json_response(
+                    StatusCode::OK,
+                    &scale::to_scale(paths, &rec.parsed()?),
+                ));
+            }
+            match state
+                .store
+                .modify_with(res, &k, &opts, |doc| patch::apply(kind, doc, &body, limit))
+            {
                 Err(e) if e.reason == Reason::NotFound && kind == PatchKind::Apply => {
                     let mut obj: Value = serde_json::from_slice(&body).map_err(|e| {
                         ApiError::bad_request(format!(
@@ -343,20 +418,19 @@ async fn api_inner(state: &Arc<AppState>, req: Request) -> Result<Response, ApiE
                     if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
                         meta.insert("name".into(), Value::String(name.clone()));
                     }
-                    let rec = state.store.create(res, ns, obj, query.dry_run)?;
-                    Ok(bytes_response(StatusCode::CREATED, rec.json.clone()))
+                    let rec = state.store.create_with(res, ns, obj, &opts)?;
+                    Ok(answering.object(StatusCode::CREATED, &rec))
                 }
                 Err(e) => Err(e),
-                Ok(rec) => Ok(bytes_response(StatusCode::OK, rec.json.clone())),
+                Ok(rec) => Ok(answering.object(StatusCode::OK, &rec)),
             }
         }
         (Verb::Delete, Some(name)) => {
             let body = read_body(state, req).await?;
-            let (pre, dry) = delete_options(&body)?;
-            let rec = state
-                .store
-                .delete(res, &key(&rt, ns, &name), &pre, query.dry_run || dry)?;
-            Ok(bytes_response(StatusCode::OK, rec.json.clone()))
+            let mut del = DeleteOptions::parse(&body, raw_query.as_deref())?;
+            del.dry_run |= query.dry_run;
+            let d = state.store.delete_with(res, &key(&rt, ns, &name), &del)?;
+            Ok(answering.deletion(&d, &del))
         }
         (Verb::Delete, None) => {
             // deletecollection exists only on a namespaced type's namespaced
@@ -370,23 +444,24 @@ async fn api_inner(state: &Arc<AppState>, req: Request) -> Result<Response, ApiE
                 ));
             }
             let body = read_body(state, req).await?;
-            let (_, dry) = delete_options(&body)?;
+            let mut del = DeleteOptions::parse(&body, raw_query.as_deref())?;
+            del.dry_run |= query.dry_run;
             let filter = ObjectFilter {
                 namespace: namespace.clone(),
                 labels: query.labels.clone(),
                 fields: query.fields.clone(),
             };
-            let deleted = state
-                .store
-                .delete_collection(res, &filter, query.dry_run || dry)?;
+            let deleted = state.store.delete_collection_with(res, &filter, &del)?;
             let rv = state.store.current_rv();
+            let (list_kind, list_api_version) = answering.list_type();
             Ok(with_json_type(Response::new(Body::from_stream(list_body(
-                &rt.list_kind(),
-                &rt.api_version(),
+                &list_kind,
+                &list_api_version,
                 rv,
                 None,
                 None,
                 deleted,
+                answering.item_form(),
             )))))
         }
         _ => Err(ApiError::new(
@@ -406,18 +481,6 @@ fn with_json_type(mut resp: Response) -> Response {
 
 fn key(rt: &ResourceType, ns: Option<&str>, name: &str) -> ObjKey {
     rt.key(ns, name)
-}
-
-fn object_response(
-    code: StatusCode,
-    rt: &ResourceType,
-    rec: &ObjectRecord,
-    table: bool,
-) -> Response {
-    if table {
-        return json_response(code, &table::object_table(rt, rec));
-    }
-    bytes_response(code, rec.json.clone())
 }
 
 async fn read_body(state: &AppState, req: Request) -> Result<Bytes, ApiError> {
@@ -462,39 +525,6 @@ async fn read_json(state: &AppState, req: Request) -> Result<Value, ApiError> {
     })
 }
 
-fn delete_options(body: &[u8]) -> Result<(DeletePreconditions, bool), ApiError> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok((DeletePreconditions::default(), false));
-    }
-    let v: Value = serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("error decoding DeleteOptions: {e}")))?;
-    let pre = v.get("preconditions");
-    let uid = pre
-        .and_then(|p| p.get("uid"))
-        .and_then(Value::as_str)
-        .map(str::to_string);
-    let resource_version = match pre
-        .and_then(|p| p.get("resourceVersion"))
-        .and_then(Value::as_str)
-    {
-        Some(s) => Some(s.parse::<u64>().map_err(|_| {
-            ApiError::bad_request(format!("invalid resourceVersion precondition: {s}"))
-        })?),
-        None => None,
-    };
-    let dry = v
-        .get("dryRun")
-        .and_then(Value::as_array)
-        .is_some_and(|a| !a.is_empty());
-    Ok((
-        DeletePreconditions {
-            uid,
-            resource_version,
-        },
-        dry,
-    ))
-}
-
 /// Wait (bounded by the configured too-large-RV wait) for the RV to reach `rv`.
 async fn ensure_rv(state: &AppState, rv: u64) -> Result<(), ApiError> {
     if rv <= state.store.current_rv() {
@@ -517,10 +547,9 @@ async fn ensure_rv(state: &AppState, rv: u64) -> Result<(), ApiError> {
 async fn list(
     state: &AppState,
     res: usize,
-    rt: &ResourceType,
+    answering: &Answering<'_>,
     namespace: Option<String>,
     query: &Query,
-    table: bool,
 ) -> Result<Response, ApiError> {
     let exact = match query.list_at() {
         ListAt::Current { not_older_than } => {
@@ -541,11 +570,11 @@ async fn list(
     let page = state
         .store
         .list(res, &filter, exact, query.limit, start_after)?;
-    if table {
+    if answering.representation == Representation::Table {
         return Ok(json_response(
             StatusCode::OK,
             &table::list_table(
-                rt,
+                answering.rt,
                 &page.items,
                 page.rv,
                 page.continue_token.as_deref(),
@@ -553,13 +582,15 @@ async fn list(
             ),
         ));
     }
+    let (list_kind, list_api_version) = answering.list_type();
     let body = list_body(
-        &rt.list_kind(),
-        &rt.api_version(),
+        &list_kind,
+        &list_api_version,
         page.rv,
         page.continue_token.as_deref(),
         page.remaining,
         page.items,
+        answering.item_form(),
     );
     Ok(with_json_type(Response::new(Body::from_stream(body))))
 }
@@ -567,11 +598,10 @@ async fn list(
 async fn watch(
     state: &Arc<AppState>,
     res: usize,
-    rt: &ResourceType,
+    answering: &Answering<'_>,
     namespace: Option<String>,
     name: Option<String>,
     query: &Query,
-    table: bool,
 ) -> Result<Response, ApiError> {
     let (start, initial_end) = match (query.send_initial_events, query.rv) {
         (Some(true), RvParam::At(n)) => {
@@ -619,10 +649,11 @@ async fn watch(
         .timeout_seconds
         .map(Duration::from_secs)
         .unwrap_or(state.config.max_watch_timeout);
+    let (kind, api_version) = answering.bookmark_type();
     let spec = WatchSpec {
         resource: res,
-        kind: rt.kind.clone(),
-        api_version: rt.api_version(),
+        kind,
+        api_version,
         filter,
         bookmarks: query.allow_bookmarks,
         initial_events_end: initial_end,
@@ -637,7 +668,10 @@ async fn watch(
             .config
             .bookmark_interval
             .clamp(Duration::from_millis(10), Duration::from_secs(86_400)),
-        table: table.then(|| rt.clone()),
+        form: match answering.representation {
+            Representation::Table => EventForm::Table(Arc::new(answering.rt.clone())),
+            _ => EventForm::Object(answering.object_form()),
+        },
     };
     let stream = WatchStream::new(state.store.clone(), spec, reg, state.faults.subscribe());
     Ok(with_json_type(Response::new(Body::from_stream(

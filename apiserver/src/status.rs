@@ -33,6 +33,10 @@ pub enum Reason {
     UnsupportedMediaType,
     /// 406: the requested response media type is not supported.
     NotAcceptable,
+    /// 401: the request carries no valid credentials.
+    Unauthorized,
+    /// 403: the authenticated user may not do this.
+    Forbidden,
 }
 
 impl Reason {
@@ -53,6 +57,8 @@ impl Reason {
             Reason::MethodNotAllowed => "MethodNotAllowed",
             Reason::UnsupportedMediaType => "UnsupportedMediaType",
             Reason::NotAcceptable => "NotAcceptable",
+            Reason::Unauthorized => "Unauthorized",
+            Reason::Forbidden => "Forbidden",
         }
     }
 
@@ -71,6 +77,8 @@ impl Reason {
             Reason::MethodNotAllowed => 405,
             Reason::UnsupportedMediaType => 415,
             Reason::NotAcceptable => 406,
+            Reason::Unauthorized => 401,
+            Reason::Forbidden => 403,
         }
     }
 }

@@ -1,26 +1,26 @@
 //! The object store: one global resourceVersion counter, objects as shared pre-serialised
-//! records, the history ring, and non-blocking fan-out to watchers.
+//! records, the history ring, and non-blocking fan-out to watchers. The write rules
+//! (validation, generation, finalizers, deletes) are in `write`; this module only commits.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use parking_lot::Mutex;
-use serde_json::Value;
+use parking_lot::{Mutex, RwLock};
 use tokio::sync::mpsc::{self, error::TrySendError};
 
 use crate::history::{Event, EventKind, History, TooOld};
-use crate::object::{
-    self, ObjKey, ObjectRecord, body_name, carry_over_for_update, check_body,
-    resolve_name_for_create, resolve_namespace, resource_version_of, set_resource_version,
-    stamp_new, validate_metadata,
-};
+use crate::key::ObjKey;
+use crate::object::ObjectRecord;
 use crate::query::ContinueToken;
-use crate::resource::{Registry, ResourceType};
+use crate::registry::Registry;
+use crate::resource::ResourceType;
 use crate::selector::ObjectFilter;
 use crate::status::{ApiError, Reason};
+
+pub use crate::delete::DeletePreconditions;
 
 /// Flags a watcher's stream reads when its channel closes.
 #[derive(Debug, Default)]
@@ -29,7 +29,7 @@ pub struct WatcherShared {
     pub overflowed: AtomicBool,
 }
 
-struct WatcherEntry {
+pub(crate) struct WatcherEntry {
     id: u64,
     namespace: Option<Arc<str>>,
     tx: mpsc::Sender<Arc<Event>>,
@@ -88,29 +88,54 @@ pub struct ListPage {
     pub remaining: Option<u64>,
 }
 
-/// Preconditions a delete may carry.
-#[derive(Debug, Clone, Default)]
-pub struct DeletePreconditions {
-    /// Required `metadata.uid`.
-    pub uid: Option<String>,
-    /// Required `metadata.resourceVersion`.
-    pub resource_version: Option<u64>,
+/// What a store does besides storing, from the server's configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// Write `metadata.managedFields` on create, update, patch and apply.
+    pub managed_fields: bool,
+    /// Run the ownerReferences garbage collector (and honour `propagationPolicy`).
+    pub garbage_collection: bool,
 }
 
-struct Inner {
-    rv: u64,
-    objects: Vec<BTreeMap<ObjKey, Arc<ObjectRecord>>>,
-    history: History,
-    watchers: Vec<Vec<WatcherEntry>>,
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            managed_fields: true,
+            garbage_collection: false,
+        }
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) rv: u64,
+    /// Objects by type index. Invariant: as long as the registry's type list.
+    pub(crate) objects: Vec<BTreeMap<ObjKey, Arc<ObjectRecord>>>,
+    pub(crate) history: History,
+    pub(crate) watchers: Vec<Vec<WatcherEntry>>,
+    /// Objects that have `ownerReferences` (what the garbage collector scans).
+    /// Invariant: exactly the stored records whose `owners` is not empty.
+    pub(crate) owned: BTreeSet<(usize, ObjKey)>,
+    /// Objects a delete gave an `orphan` or `foregroundDeletion` finalizer (the
+    /// collector's work list; it re-checks the finalizers, entries may be stale).
+    pub(crate) gc_owners: BTreeSet<(usize, ObjKey)>,
+    /// CustomResourceDefinition name → the type it registered.
+    pub(crate) crd_types: BTreeMap<String, usize>,
 }
 
 /// The shared state of one server.
 pub struct Store {
-    registry: Registry,
-    inner: Mutex<Inner>,
+    /// The served types; replaced (never mutated in place) while holding `inner`, so a
+    /// reader holding `inner` sees the registry its writes were checked against.
+    registry: RwLock<Arc<Registry>>,
+    pub(crate) inner: Mutex<Inner>,
+    /// Where committed writes are persisted, when the server has a data directory.
+    journal: std::sync::OnceLock<crate::persist::Journal>,
     rv_tx: tokio::sync::watch::Sender<u64>,
     watch_buffer: usize,
     next_watcher: AtomicU64,
+    pub(crate) options: StoreOptions,
+    /// Wakes the garbage collector after writes (when it runs).
+    pub(crate) gc_wake: Arc<tokio::sync::Notify>,
 }
 
 impl std::fmt::Debug for Store {
@@ -121,40 +146,95 @@ impl std::fmt::Debug for Store {
     }
 }
 
+impl Drop for Store {
+    fn drop(&mut self) {
+        // A collector waiting for work wakes, finds the store gone and ends.
+        self.gc_wake.notify_one();
+    }
+}
+
 impl Store {
-    /// An empty store for these types.
+    /// An empty store for these types, with the default options.
     pub fn new(registry: Registry, history_limit: usize, watch_buffer: usize) -> Self {
+        Self::with_options(
+            registry,
+            history_limit,
+            watch_buffer,
+            StoreOptions::default(),
+        )
+    }
+
+    /// An empty store for these types.
+    pub fn with_options(
+        registry: Registry,
+        history_limit: usize,
+        watch_buffer: usize,
+        options: StoreOptions,
+    ) -> Self {
         let n = registry.types().len();
         let (rv_tx, _) = tokio::sync::watch::channel(1);
         Store {
-            registry,
+            registry: RwLock::new(Arc::new(registry)),
             inner: Mutex::new(Inner {
                 rv: 1,
                 objects: (0..n).map(|_| BTreeMap::new()).collect(),
                 history: History::new(history_limit, 1),
                 watchers: (0..n).map(|_| Vec::new()).collect(),
+                owned: BTreeSet::new(),
+                gc_owners: BTreeSet::new(),
+                crd_types: BTreeMap::new(),
             }),
             rv_tx,
+            journal: std::sync::OnceLock::new(),
             watch_buffer: watch_buffer.max(1),
             next_watcher: AtomicU64::new(1),
+            options,
+            gc_wake: Arc::new(tokio::sync::Notify::new()),
         }
     }
 
-    /// The served types.
-    pub fn registry(&self) -> &Registry {
-        &self.registry
+    /// The options the store was built with.
+    pub fn options(&self) -> StoreOptions {
+        self.options
     }
 
-    fn rt(&self, res: usize) -> Result<&ResourceType, ApiError> {
+    /// The served types (a snapshot: CRDs may change them later).
+    pub fn registry(&self) -> Arc<Registry> {
+        self.registry.read().clone()
+    }
+
+    /// Change the registry; the caller holds `inner` (see the field's invariant), whose
+    /// per-type vectors grow to match.
+    pub(crate) fn update_registry(&self, inner: &mut Inner, f: impl FnOnce(&mut Registry)) {
+        let mut next = (*self.registry()).clone();
+        f(&mut next);
+        let n = next.types().len();
+        while inner.objects.len() < n {
+            inner.objects.push(BTreeMap::new());
+            inner.watchers.push(Vec::new());
+        }
+        *self.registry.write() = Arc::new(next);
+    }
+
+    /// A served type, or the 404 of a path nothing serves.
+    pub fn rt(&self, res: usize) -> Result<Arc<ResourceType>, ApiError> {
         self.registry
-            .types()
-            .get(res)
-            .ok_or_else(|| ApiError::internal("unknown resource index"))
+            .read()
+            .served_type(res)
+            .cloned()
+            .ok_or_else(|| {
+                ApiError::new(
+                    Reason::NotFound,
+                    "the server could not find the requested resource",
+                )
+                .with_details(serde_json::json!({}))
+            })
     }
 
     /// Resolve group + plural to a resource index.
     pub fn resolve(&self, group: &str, plural: &str) -> Result<usize, ApiError> {
         self.registry
+            .read()
             .get(group, plural)
             .map(|(i, _)| i)
             .ok_or_else(|| {
@@ -208,7 +288,7 @@ impl Store {
     }
 
     /// Commits `record` unless this is a dry run; returns it (what the request answers).
-    fn commit_unless_dry_run(
+    pub(crate) fn commit_unless_dry_run(
         &self,
         inner: &mut Inner,
         res: usize,
@@ -223,7 +303,9 @@ impl Store {
         record
     }
 
-    fn commit(
+    /// Store a write at `record.rv` (which must be `inner.rv + 1`), record it in the
+    /// history and hand it to the type's watchers without waiting for any.
+    pub(crate) fn commit(
         &self,
         inner: &mut Inner,
         res: usize,
@@ -233,6 +315,15 @@ impl Store {
     ) {
         let rv = record.rv;
         inner.rv = rv;
+        let owned_key = (res, record.key.clone());
+        if kind == EventKind::Deleted || record.owners.is_empty() {
+            inner.owned.remove(&owned_key);
+        } else {
+            inner.owned.insert(owned_key);
+        }
+        if kind == EventKind::Deleted {
+            inner.gc_owners.remove(&(res, record.key.clone()));
+        }
         if let Some(map) = inner.objects.get_mut(res) {
             match kind {
                 EventKind::Deleted => {
@@ -244,6 +335,11 @@ impl Store {
             }
         }
         let event = Arc::new(Event::new(rv, res, kind, record, prev));
+        if let Some(journal) = self.journal.get()
+            && let Some(rt) = self.registry.read().types().get(res)
+        {
+            journal.append(&rt.group, &rt.plural, &event);
+        }
         inner.history.push(event.clone());
         if let Some(watchers) = inner.watchers.get_mut(res) {
             watchers.retain(|w| {
@@ -264,30 +360,9 @@ impl Store {
             });
         }
         self.rv_tx.send_replace(rv);
-    }
-
-    /// Create an object (fills uid, creationTimestamp, generation, resourceVersion; honours generateName).
-    pub fn create(
-        &self,
-        res: usize,
-        namespace: Option<&str>,
-        mut body: Value,
-        dry_run: bool,
-    ) -> Result<Arc<ObjectRecord>, ApiError> {
-        let rt = self.rt(res)?;
-        check_body(rt, &mut body)?;
-        let ns = resolve_namespace(rt, &mut body, namespace)?;
-        let name = resolve_name_for_create(rt, &mut body)?;
-        validate_metadata(rt, &body, &name)?;
-        let key = ObjKey::new(&ns, &name);
-        let mut inner = self.inner.lock();
-        if inner.objects.get(res).is_some_and(|m| m.contains_key(&key)) {
-            return Err(ApiError::already_exists(&rt.group, &rt.plural, &name));
+        if self.options.garbage_collection {
+            self.gc_wake.notify_one();
         }
-        let rv = inner.rv + 1;
-        stamp_new(&mut body, rv);
-        let record = Arc::new(ObjectRecord::from_value(key, &body)?);
-        Ok(self.commit_unless_dry_run(&mut inner, res, EventKind::Added, record, None, dry_run))
     }
 
     /// Create an object whose JSON the caller renders for the assigned RV (fast seeding path:
@@ -306,226 +381,22 @@ impl Store {
             return Err(ApiError::already_exists(&rt.group, &rt.plural, &key.name));
         }
         let rv = inner.rv + 1;
-        let record = Arc::new(ObjectRecord {
+        let record = Arc::new(ObjectRecord::from_rendered(
             key,
             uid,
             rv,
             labels,
-            json: bytes::Bytes::from(render(rv)),
-        });
+            render(rv),
+        ));
         self.commit(&mut inner, res, EventKind::Added, record.clone(), None);
         Ok(record)
     }
 
-    /// Replace an object (PUT). A `metadata.resourceVersion` in the body must match (else 409);
-    /// without one the update is unconditional. `url_name` is the name in the path, if any.
-    pub fn update(
-        &self,
-        res: usize,
-        namespace: Option<&str>,
-        url_name: Option<&str>,
-        mut body: Value,
-        dry_run: bool,
-    ) -> Result<Arc<ObjectRecord>, ApiError> {
-        let rt = self.rt(res)?;
-        check_body(rt, &mut body)?;
-        let ns = resolve_namespace(rt, &mut body, namespace)?;
-        let name = match (body_name(&body)?, url_name) {
-            (Some(b), Some(u)) if b != u => {
-                return Err(ApiError::bad_request(format!(
-                    "the name of the object ({b}) does not match the name on the URL ({u})"
-                )));
-            }
-            (Some(b), _) => b,
-            (None, Some(u)) => {
-                if let Some(meta) = body.get_mut("metadata").and_then(Value::as_object_mut) {
-                    meta.insert("name".into(), Value::String(u.to_string()));
-                }
-                u.to_string()
-            }
-            (None, None) => {
-                return Err(ApiError::invalid(
-                    &rt.kind,
-                    "",
-                    "metadata.name",
-                    "FieldValueRequired",
-                    "Required value: name is required",
-                ));
-            }
-        };
-        let key = ObjKey::new(&ns, &name);
-        self.modify(res, &key, dry_run, |_| Ok(body))
-    }
-
-    /// Read-modify-write under the store lock (patches use it): `f` gets the current object
-    /// and returns the new one; preconditions, validation and no-op detection follow.
-    pub fn modify(
-        &self,
-        res: usize,
-        key: &ObjKey,
-        dry_run: bool,
-        f: impl FnOnce(Value) -> Result<Value, ApiError>,
-    ) -> Result<Arc<ObjectRecord>, ApiError> {
-        let rt = self.rt(res)?;
-        let mut inner = self.inner.lock();
-        let Some(existing) = inner.objects.get(res).and_then(|m| m.get(key)).cloned() else {
-            return Err(ApiError::not_found(&rt.group, &rt.plural, &key.name));
-        };
-        let old = existing.parsed()?;
-        let mut new = f(old.clone())?;
-        check_body(rt, &mut new)?;
-        let ns_in_body = new
-            .get("metadata")
-            .and_then(|m| m.get("namespace"))
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
-        if rt.namespaced && !ns_in_body.is_empty() && ns_in_body != *key.namespace {
-            return Err(ApiError::bad_request(
-                "the namespace of the provided object does not match the namespace sent on the request",
-            ));
+    /// End every watch of a type (its CRD is gone): dropping the senders ends the streams.
+    pub(crate) fn close_watchers_of(&self, inner: &mut Inner, res: usize) {
+        if let Some(w) = inner.watchers.get_mut(res) {
+            w.clear();
         }
-        if let Some(meta) = new.get_mut("metadata").and_then(Value::as_object_mut) {
-            if rt.namespaced {
-                meta.insert("namespace".into(), Value::String(key.namespace.to_string()));
-            } else {
-                meta.remove("namespace");
-            }
-        }
-        match body_name(&new)? {
-            Some(n) if n == *key.name => {}
-            Some(n) => {
-                return Err(ApiError::bad_request(format!(
-                    "the name of the object ({n}) does not match the name on the URL ({})",
-                    key.name
-                )));
-            }
-            None => {
-                if let Some(meta) = new.get_mut("metadata").and_then(Value::as_object_mut) {
-                    meta.insert("name".into(), Value::String(key.name.to_string()));
-                }
-            }
-        }
-        if let Some(expected) = resource_version_of(&new)?
-            && expected != existing.rv
-        {
-            return Err(ApiError::conflict(&rt.group, &rt.plural, &key.name));
-        }
-        validate_metadata(rt, &new, &key.name)?;
-        // As the real server: an object being deleted takes no new finalizers.
-        if object::deletion_requested(&old) {
-            let before = object::finalizers(&old);
-            if object::finalizers(&new).iter().any(|f| !before.contains(f)) {
-                return Err(ApiError::invalid(
-                    &rt.kind,
-                    &key.name,
-                    "metadata.finalizers",
-                    "FieldValueForbidden",
-                    "Forbidden: no new finalizers can be added if the object is being deleted",
-                ));
-            }
-        }
-        if !carry_over_for_update(&old, &mut new) {
-            return Ok(existing);
-        }
-        let rv = inner.rv + 1;
-        // A marked object whose last finalizer this update removes is deleted
-        // instead, as it was stored: the real server deletes the stored object
-        // (its DELETED event carries the previous labels, which is what a
-        // selector watch needs to see it go) and never applies the update.
-        let (kind, mut stored) =
-            if object::deletion_requested(&new) && !object::has_finalizers(&new) {
-                (EventKind::Deleted, old)
-            } else {
-                (EventKind::Modified, new)
-            };
-        set_resource_version(&mut stored, rv);
-        let record = Arc::new(ObjectRecord::from_value(key.clone(), &stored)?);
-        Ok(self.commit_unless_dry_run(&mut inner, res, kind, record, Some(existing), dry_run))
-    }
-
-    /// Delete an object; returns its final state (stamped with the deletion RV) and emits DELETED.
-    pub fn delete(
-        &self,
-        res: usize,
-        key: &ObjKey,
-        pre: &DeletePreconditions,
-        dry_run: bool,
-    ) -> Result<Arc<ObjectRecord>, ApiError> {
-        let rt = self.rt(res)?;
-        let mut inner = self.inner.lock();
-        let Some(existing) = inner.objects.get(res).and_then(|m| m.get(key)).cloned() else {
-            return Err(ApiError::not_found(&rt.group, &rt.plural, &key.name));
-        };
-        if let Some(uid) = &pre.uid
-            && *uid != existing.uid
-        {
-            return Err(ApiError::new(
-                Reason::Conflict,
-                format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                    existing.uid
-                ),
-            ));
-        }
-        if let Some(rv) = pre.resource_version
-            && rv != existing.rv
-        {
-            return Err(ApiError::new(
-                Reason::Conflict,
-                format!(
-                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
-                    existing.rv
-                ),
-            ));
-        }
-        let rv = inner.rv + 1;
-        // With finalizers, a delete only marks the object (MODIFIED); it goes
-        // once an update empties them (see `modify`).
-        let mut current = existing.parsed()?;
-        let kind = if object::has_finalizers(&current) {
-            if object::deletion_requested(&current) {
-                return Ok(existing);
-            }
-            object::mark_for_deletion(&mut current);
-            EventKind::Modified
-        } else {
-            EventKind::Deleted
-        };
-        set_resource_version(&mut current, rv);
-        let record = Arc::new(ObjectRecord::from_value(key.clone(), &current)?);
-        Ok(self.commit_unless_dry_run(&mut inner, res, kind, record, Some(existing), dry_run))
-    }
-
-    /// Delete every object the filter selects; returns the final states.
-    pub fn delete_collection(
-        &self,
-        res: usize,
-        filter: &ObjectFilter,
-        dry_run: bool,
-    ) -> Result<Vec<Arc<ObjectRecord>>, ApiError> {
-        let keys: Vec<ObjKey> = {
-            let inner = self.inner.lock();
-            inner
-                .objects
-                .get(res)
-                .map(|m| {
-                    m.values()
-                        .filter(|r| filter.matches(r))
-                        .map(|r| r.key.clone())
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
-        let mut out = Vec::with_capacity(keys.len());
-        for key in keys {
-            match self.delete(res, &key, &DeletePreconditions::default(), dry_run) {
-                Ok(r) => out.push(r),
-                Err(e) if e.reason == Reason::NotFound => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(out)
     }
 
     /// Get one object.
@@ -549,6 +420,7 @@ impl Store {
         limit: Option<usize>,
         start_after: Option<&ObjKey>,
     ) -> Result<ListPage, ApiError> {
+        self.rt(res)?;
         let inner = self.inner.lock();
         let Some(map) = inner.objects.get(res) else {
             return Err(ApiError::internal("unknown resource index"));
@@ -718,6 +590,42 @@ impl Store {
         }
     }
 
+    /// Load persisted objects into an empty store: the counter starts at `rv`, the
+    /// history after it (older resourceVersions get 410, as after a real restart).
+    pub(crate) fn restore(&self, rv: u64, objects: Vec<(usize, Arc<ObjectRecord>)>) {
+        let mut inner = self.inner.lock();
+        for (res, record) in objects {
+            if let Some(map) = inner.objects.get_mut(res) {
+                map.insert(record.key.clone(), record);
+            }
+        }
+        inner.rv = inner.rv.max(rv);
+        let rv = inner.rv;
+        inner.history.compact(rv);
+        self.rv_tx.send_replace(rv);
+    }
+
+    /// Persist every write committed from now on.
+    pub(crate) fn set_journal(&self, journal: crate::persist::Journal) {
+        if self.journal.set(journal).is_err() {
+            tracing::error!("the store already persists to a data dir");
+        }
+    }
+
+    /// Wait until every committed write is on disk (no-op without a data dir).
+    pub fn sync_journal(&self) {
+        if let Some(j) = self.journal.get() {
+            j.sync();
+        }
+    }
+
+    /// Write what is queued and stop persisting (releases the data dir).
+    pub fn close_journal(&self) {
+        if let Some(j) = self.journal.get() {
+            j.close();
+        }
+    }
+
     /// Drop every watcher registration (their streams then end).
     pub fn drop_all_watchers(&self) {
         let mut inner = self.inner.lock();
@@ -776,7 +684,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn store(history: usize) -> (Store, usize) {
         let s = Store::new(Registry::new(ResourceType::defaults()), history, 16);

@@ -11,7 +11,7 @@ use futures::Stream;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use crate::encode::{CHUNK_BYTES, bookmark_line, error_line, push_event};
+use crate::encode::{CHUNK_BYTES, ObjectForm, bookmark_line, error_line, push_event};
 use crate::faults::{MALFORMED_LINE, WatchFaultState};
 use crate::history::{Event, EventKind};
 use crate::object::ObjectRecord;
@@ -38,8 +38,17 @@ pub struct WatchSpec {
     pub deadline: Instant,
     /// Periodic bookmark interval.
     pub bookmark_interval: Duration,
-    /// Encode objects as one-row Tables of this type (kubectl's `Accept: ...;as=Table`).
-    pub table: Option<ResourceType>,
+    /// How event objects are written.
+    pub form: EventForm,
+}
+
+/// How a watch writes its event objects.
+#[derive(Debug, Clone)]
+pub enum EventForm {
+    /// The object (as stored, at another served version, or metadata only).
+    Object(ObjectForm),
+    /// A one-row Table of this type (kubectl's `Accept: ...;as=Table`).
+    Table(Arc<ResourceType>),
 }
 
 /// The state of one watch stream.
@@ -124,10 +133,13 @@ impl WatchStream {
         bookmark_line(&self.spec.kind, &self.spec.api_version, rv, initial_end)
     }
 
-    fn emit(&self, buf: &mut BytesMut, event_type: &str, object_json: &[u8]) {
-        match &self.spec.table {
-            Some(rt) => push_event(buf, event_type, &crate::table::event_table(rt, object_json)),
-            None => push_event(buf, event_type, object_json),
+    fn emit(&self, buf: &mut BytesMut, event_type: &str, rec: &ObjectRecord) {
+        match &self.spec.form {
+            EventForm::Table(rt) => {
+                push_event(buf, event_type, &crate::table::event_table(rt, &rec.json))
+            }
+            EventForm::Object(ObjectForm::Full) => push_event(buf, event_type, &rec.json),
+            EventForm::Object(form) => push_event(buf, event_type, &form.bytes(rec)),
         }
     }
 
@@ -143,7 +155,7 @@ impl WatchStream {
         let written = match ev.kind {
             EventKind::Added | EventKind::Deleted => {
                 if f.matches(&ev.object) {
-                    self.emit(buf, ev.kind.as_str(), &ev.object.json);
+                    self.emit(buf, ev.kind.as_str(), &ev.object);
                     true
                 } else {
                     false
@@ -154,14 +166,14 @@ impl WatchStream {
                 let before = ev.prev.as_ref().is_some_and(|p| f.matches(p));
                 match (before, now) {
                     (true, true) => {
-                        self.emit(buf, "MODIFIED", &ev.object.json);
+                        self.emit(buf, "MODIFIED", &ev.object);
                         true
                     }
                     (false, true) => {
-                        self.emit(buf, "ADDED", &ev.object.json);
+                        self.emit(buf, "ADDED", &ev.object);
                         true
                     }
-                    (true, false) => match ev.prev_json_at_rv() {
+                    (true, false) => match ev.prev_at_rv() {
                         Some(prev) => {
                             self.emit(buf, "DELETED", &prev);
                             true
@@ -185,7 +197,7 @@ impl WatchStream {
         while buf.len() < CHUNK_BYTES && !self.close_limit_reached(state) {
             if let Some(obj) = self.initial.next() {
                 if self.spec.filter.matches(&obj) {
-                    self.emit(&mut buf, "ADDED", &obj.json);
+                    self.emit(&mut buf, "ADDED", &obj);
                     self.sent_events += 1;
                 }
                 continue;

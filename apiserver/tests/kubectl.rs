@@ -15,6 +15,13 @@ struct Kubectl {
 
 impl Kubectl {
     fn start() -> Kubectl {
+        Self::start_with(ServerConfig {
+            bookmark_interval: Duration::from_millis(200),
+            ..ServerConfig::default()
+        })
+    }
+
+    fn start_with(config: ServerConfig) -> Kubectl {
         let ok = Command::new("kubectl")
             .args(["version", "--client"])
             .output()
@@ -24,11 +31,7 @@ impl Kubectl {
             ok,
             "kubectl is required for these tests but was not found or does not run; install kubectl"
         );
-        let server = ApiServer::start_in_thread(ServerConfig {
-            bookmark_interval: Duration::from_millis(200),
-            ..ServerConfig::default()
-        })
-        .unwrap();
+        let server = ApiServer::start_in_thread(config).unwrap();
         let cache =
             std::env::temp_dir().join(format!("kinformer-kubectl-cache-{}", server.addr().port()));
         Kubectl { server, cache }
@@ -318,4 +321,241 @@ fn get_watch_sees_live_changes() {
     wait_for(&rx, "configmap/during");
     let _ = child.kill();
     let _ = child.wait();
+}
+
+const CRD: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: gadgets.example.org
+spec:
+  group: example.org
+  scope: Namespaced
+  names:
+    plural: gadgets
+    singular: gadget
+    kind: Gadget
+    shortNames: [gd]
+    categories: [all]
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              size: {type: integer}
+    subresources:
+      status: {}
+"#;
+
+const GADGET: &str = "apiVersion: example.org/v1\nkind: Gadget\nmetadata:\n  name: g1\n  namespace: default\nspec:\n  size: 2\n";
+
+#[test]
+fn crds_with_kubectl_apply_get_by_plural_short_name_and_category_then_delete() {
+    let k = Kubectl::start();
+    assert!(k.with_stdin(&["apply", "-f", "-"], CRD).contains("created"));
+    let crd = k.json(&["get", "crd", "gadgets.example.org"]);
+    let established = crd["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["type"] == "Established" && c["status"] == "True");
+    assert!(established, "{crd}");
+    assert!(
+        k.with_stdin(&["apply", "-f", "-"], GADGET)
+            .contains("gadget.example.org/g1 created")
+    );
+    assert_eq!(
+        k.names(&["get", "gadgets", "-n", "default"]),
+        ["gadget.example.org/g1"]
+    );
+    assert_eq!(
+        k.names(&["get", "gd", "-n", "default"]),
+        ["gadget.example.org/g1"]
+    );
+    assert_eq!(
+        k.names(&["get", "gadget.example.org", "-n", "default"]),
+        ["gadget.example.org/g1"]
+    );
+    let all = k.names(&["get", "all", "-n", "default"]);
+    assert!(
+        all.contains(&"gadget.example.org/g1".to_string()),
+        "{all:?}"
+    );
+    let table = k.ok(&["get", "gadgets", "-n", "default"]);
+    assert!(table.contains("g1"), "{table}");
+    // A schema violation is refused with the server's message.
+    let bad = GADGET.replace("size: 2", "size: big");
+    let out = k
+        .command(&["apply", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = out;
+    out.stdin.take().unwrap().write_all(bad.as_bytes()).unwrap();
+    let out = out.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("must be of type integer"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    assert!(
+        k.ok(&["delete", "crd", "gadgets.example.org"])
+            .contains("deleted")
+    );
+    assert!(
+        k.server
+            .get("example.org", "gadgets", Some("default"), "g1")
+            .is_err()
+    );
+    let out = k.run(&["get", "gadgets", "-n", "default"]);
+    assert!(!out.status.success(), "the type is not served any more");
+}
+
+const DEPLOYMENT: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: default
+spec:
+  replicas: 2
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      containers:
+      - name: c
+        image: nginx
+"#;
+
+fn workloads_by_short_name(k: &Kubectl) {
+    assert!(
+        k.with_stdin(&["apply", "-f", "-"], DEPLOYMENT)
+            .contains("deployment.apps/web created")
+    );
+    assert_eq!(
+        k.names(&["get", "deploy", "-n", "default"]),
+        ["deployment.apps/web"]
+    );
+    assert!(
+        k.ok(&["scale", "deploy", "web", "-n", "default", "--replicas=4"])
+            .contains("scaled")
+    );
+    let d = k.json(&["get", "deployment", "web", "-n", "default"]);
+    assert_eq!(d["spec"]["replicas"], 4);
+    assert_eq!(d["metadata"]["generation"], 2);
+    for short in ["rs", "sts", "ds", "cm", "po", "svc", "jobs", "leases"] {
+        k.ok(&["get", short, "-n", "default"]);
+    }
+    k.ok(&["get", "ns"]);
+    k.ok(&["get", "crd"]);
+    let resources = k.ok(&["api-resources", "--api-group=apps"]);
+    assert!(
+        resources.contains("deployments") && resources.contains("deploy"),
+        "{resources}"
+    );
+    assert!(
+        k.ok(&["delete", "deploy", "web", "-n", "default"])
+            .contains("deleted")
+    );
+    assert!(
+        k.server
+            .get("apps", "deployments", Some("default"), "web")
+            .is_err()
+    );
+}
+
+#[test]
+fn workloads_by_short_name_with_aggregated_discovery() {
+    workloads_by_short_name(&Kubectl::start());
+}
+
+#[test]
+fn workloads_by_short_name_with_1_24_discovery() {
+    workloads_by_short_name(&Kubectl::start_with(ServerConfig {
+        aggregated_discovery: false,
+        ..ServerConfig::default()
+    }));
+}
+
+#[test]
+fn kubectl_cascade_policies_with_the_garbage_collector() {
+    let k = Kubectl::start_with(ServerConfig {
+        garbage_collection: true,
+        ..ServerConfig::default()
+    });
+    let owner = k
+        .server
+        .create(
+            "",
+            "configmaps",
+            Some("default"),
+            serde_json::json!({"metadata": {"name": "owner"}}),
+        )
+        .unwrap();
+    let dependent = |name: &str| {
+        serde_json::json!({"metadata": {"name": name, "ownerReferences": [{
+            "apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
+            "uid": owner["metadata"]["uid"], "blockOwnerDeletion": true
+        }]}})
+    };
+    k.server
+        .create("", "configmaps", Some("default"), dependent("kept"))
+        .unwrap();
+    assert!(
+        k.ok(&["delete", "cm", "owner", "-n", "default", "--cascade=orphan"])
+            .contains("deleted")
+    );
+    let kept = k.json(&["get", "cm", "kept", "-n", "default"]);
+    assert!(kept["metadata"].get("ownerReferences").is_none(), "{kept}");
+
+    let owner = k
+        .server
+        .create(
+            "",
+            "configmaps",
+            Some("default"),
+            serde_json::json!({"metadata": {"name": "owner"}}),
+        )
+        .unwrap();
+    let dep = serde_json::json!({"metadata": {"name": "dep", "ownerReferences": [{
+        "apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
+        "uid": owner["metadata"]["uid"], "blockOwnerDeletion": true
+    }]}});
+    k.server
+        .create("", "configmaps", Some("default"), dep)
+        .unwrap();
+    assert!(
+        k.ok(&[
+            "delete",
+            "cm",
+            "owner",
+            "-n",
+            "default",
+            "--cascade=foreground"
+        ])
+        .contains("deleted")
+    );
+    assert!(
+        k.server
+            .get("", "configmaps", Some("default"), "owner")
+            .is_err()
+    );
+    assert!(
+        k.server
+            .get("", "configmaps", Some("default"), "dep")
+            .is_err()
+    );
 }

@@ -38,6 +38,8 @@ pub enum Command {
     Run(RunArgs),
     /// Watch one resource with one printing subscriber.
     Watch(WatchArgs),
+    /// Print one resource's objects once, from a synced cache, and exit.
+    Get(GetArgs),
     /// Print the effective configuration (after file, environment and flags) as JSON.
     Config(ConfigArgs),
 }
@@ -83,7 +85,8 @@ pub struct RunArgs {
     /// Stop after this long (`30s`, `5m`); default: until Ctrl-C.
     #[arg(long = "for", value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub run_for: Option<Duration>,
-    /// Serve Prometheus `/metrics`, `/healthz` and `/readyz` on ADDR (port 0 picks one).
+    /// Serve Prometheus `/metrics`, `/healthz` and `/readyz` on ADDR: `IP:PORT`,
+    /// or a bare `PORT` on 127.0.0.1 (port 0 picks one).
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<String>,
     /// Embedded server: ConfigMaps to seed (overrides `embedded.seed`).
@@ -108,19 +111,40 @@ impl RunArgs {
 
 /// Output format of `kinformer watch`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
-pub enum Output {
+pub enum WatchOutput {
     /// One aligned line per notification.
     #[default]
     Text,
     /// One JSON object per notification per line (for `jq`).
     Json,
+    /// One YAML document per notification, each starting with `---`.
+    Yaml,
 }
 
-/// `kinformer watch`.
-#[derive(Debug, Args)]
-pub struct WatchArgs {
-    /// The resource: plural, singular or kind, optionally `.group` qualified
-    /// (`configmaps`, `ConfigMap`, `deployments.apps`, `widgets.example.com`).
+/// Output format of `kinformer get`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum GetOutput {
+    /// NAMESPACE, NAME, AGE columns, as `kubectl get`.
+    #[default]
+    Table,
+    /// A `List` of the objects, as `kubectl get -o json`.
+    Json,
+    /// The same `List` as YAML.
+    Yaml,
+}
+
+/// Which resource and which of its objects (`watch` and `get`).
+#[derive(Debug, Args, Clone)]
+pub struct TargetArgs {
+    /// The resource, named as kubectl names it (see --help).
+    #[arg(
+        long_help = "The resource, named as kubectl names it: plural (`deployments`), \
+        singular (`deployment`), kind in any case (`Deployment`) or a short name the server \
+        lists (`deploy`, `cm`, `crd`, a CRD's own), optionally qualified by group \
+        (`deployments.apps`, `widgets.example.com`) or by version and group \
+        (`deployments.v1.apps`). A name the core group serves means the core resource; \
+        a name served by several other groups must be qualified (the error lists them)."
+    )]
     pub resource: String,
     /// Only this namespace (default: the kubeconfig's namespace).
     #[arg(
@@ -139,24 +163,47 @@ pub struct WatchArgs {
     /// Field selector.
     #[arg(long, value_name = "SELECTOR")]
     pub field_selector: Option<String>,
-    /// Resync period of the printing subscriber (`0s` = never).
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
-    pub resync: Option<Duration>,
-    /// Output format.
-    #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
-    pub output: Output,
-    /// Include the object in each notification.
+    /// Print Secrets' `data`/`stringData` values (redacted by default).
     #[arg(long)]
-    pub full: bool,
-    /// Stop after this long; default: until Ctrl-C.
-    #[arg(long = "for", value_name = "DURATION", value_parser = humantime::parse_duration)]
-    pub run_for: Option<Duration>,
+    pub show_secrets: bool,
     /// Cluster selection.
     #[command(flatten)]
     pub cluster: ClusterArgs,
 }
 
-impl WatchArgs {
+/// `kinformer watch`.
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// Resource, namespace, selectors, cluster.
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// Resync period of the printing subscriber (`0s` = never).
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub resync: Option<Duration>,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = WatchOutput::Text)]
+    pub output: WatchOutput,
+    /// Include the object in each notification (Secret values redacted
+    /// unless --show-secrets).
+    #[arg(long)]
+    pub full: bool,
+    /// Stop after this long; default: until Ctrl-C.
+    #[arg(long = "for", value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub run_for: Option<Duration>,
+}
+
+/// `kinformer get`.
+#[derive(Debug, Args)]
+pub struct GetArgs {
+    /// Resource, namespace, selectors, cluster.
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = GetOutput::Table)]
+    pub output: GetOutput,
+}
+
+impl TargetArgs {
     /// The configuration keys these flags set.
     pub fn overrides(&self) -> FlagOverrides {
         let mut flags = FlagOverrides::default();

@@ -277,7 +277,8 @@ impl Default for EmbeddedSettings {
 pub struct ObservabilitySettings {
     /// `text` or `json` log lines (on stderr; filtered by `RUST_LOG`).
     pub log_format: LogFormat,
-    /// Serve `/metrics`, `/healthz`, `/readyz` on this address (`host:port`; port 0 picks one).
+    /// Serve `/metrics`, `/healthz`, `/readyz` on this address (`IP:port`,
+    /// or a bare port on 127.0.0.1; port 0 picks one).
     pub metrics_addr: Option<String>,
     /// How often the live status is printed.
     #[serde(with = "humantime_serde")]
@@ -300,7 +301,9 @@ impl Default for ObservabilitySettings {
 pub struct InformerSettings {
     /// A name for status and metrics (default: the resource).
     pub name: Option<String>,
-    /// The resource by plural (`configmaps`, `deployments.apps`), exclusive with `kind`.
+    /// The resource by plural, singular, kind or short name, optionally
+    /// group-qualified (`configmaps`, `deploy`, `deployments.apps`,
+    /// `widgets`), exclusive with `kind`.
     pub resource: Option<String>,
     /// The API group (`""` = core), with `kind` or to qualify `resource`.
     pub group: Option<String>,
@@ -696,12 +699,9 @@ fn validate(l: &Loaded) -> Result<(), ConfigError> {
         }
     }
     if let Some(addr) = &s.observability.metrics_addr
-        && addr.parse::<std::net::SocketAddr>().is_err()
+        && let Err(message) = metrics_listen_addr(addr)
     {
-        return Err(l.error(
-            "observability.metrics_addr",
-            format!("{addr:?} is not an IP:port address (e.g. 127.0.0.1:9898, [::]:9898)"),
-        ));
+        return Err(l.error("observability.metrics_addr", message));
     }
     if s.observability.status_interval < Duration::from_millis(100) {
         return Err(l.error("observability.status_interval", "must be at least 100ms"));
@@ -784,6 +784,31 @@ fn validate(l: &Loaded) -> Result<(), ConfigError> {
         }
     }
     Ok(())
+}
+
+/// The address `observability.metrics_addr` (flag `--metrics`) names: a
+/// bare `PORT` or `:PORT` (and `localhost:PORT`) is on the loopback
+/// interface, so nothing outside this machine reaches the endpoint unless
+/// an address says so (`0.0.0.0:9898`, `[::]:9898`, a pod's IP).
+pub fn metrics_listen_addr(text: &str) -> Result<std::net::SocketAddr, String> {
+    let text = text.trim();
+    let loopback = |port: &str| {
+        port.parse::<u16>()
+            .ok()
+            .map(|p| std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, p)))
+    };
+    let port_only = text.strip_prefix(':').unwrap_or(text);
+    let found = text
+        .parse::<std::net::SocketAddr>()
+        .ok()
+        .or_else(|| loopback(port_only))
+        .or_else(|| text.strip_prefix("localhost:").and_then(loopback));
+    found.ok_or_else(|| {
+        format!(
+            "{text:?} is not a port or an IP:port address (e.g. 9898 for 127.0.0.1:9898, \
+             0.0.0.0:9898 for every interface, [::]:9898)"
+        )
+    })
 }
 
 fn check_resync(l: &Loaded, key: &str, period: Duration) -> Result<(), ConfigError> {
@@ -1020,6 +1045,36 @@ mod tests {
                 .unwrap_or_else(|| panic!("{text} accepted"));
             assert_eq!(e.key, key, "{text}");
         }
+    }
+
+    /// A bare port binds the loopback interface: only an explicit address
+    /// opens the endpoint to other machines.
+    #[test]
+    fn metrics_addresses_default_to_loopback() {
+        for (text, want) in [
+            ("9898", "127.0.0.1:9898"),
+            (":9898", "127.0.0.1:9898"),
+            ("0", "127.0.0.1:0"),
+            ("localhost:9898", "127.0.0.1:9898"),
+            ("127.0.0.1:9898", "127.0.0.1:9898"),
+            ("0.0.0.0:9898", "0.0.0.0:9898"),
+            ("[::]:9898", "[::]:9898"),
+            ("[::1]:1", "[::1]:1"),
+        ] {
+            assert_eq!(
+                metrics_listen_addr(text).unwrap().to_string(),
+                want,
+                "{text}"
+            );
+        }
+        for bad in ["", "x", "99999", "host:9898", "1.2.3.4", ":"] {
+            assert!(metrics_listen_addr(bad).is_err(), "{bad}");
+        }
+        let e = load_text("[observability]\nmetrics_addr = \"nine\"\n", &[])
+            .err()
+            .unwrap();
+        assert_eq!(e.key, "observability.metrics_addr");
+        assert!(load_text("[observability]\nmetrics_addr = \"9898\"\n", &[]).is_ok());
     }
 
     #[test]

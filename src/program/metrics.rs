@@ -5,8 +5,8 @@
 //! The engine keeps its counters in atomics (`Informer::stats()`,
 //! `Subscription::stats()`); [`Registry::sample`] copies them into the
 //! recorder, on every scrape and every status tick, so a scrape always sees
-//! current values. The HTTP server runs on its own thread and runtime, so
-//! probes answer even while the actor thread is busy.
+//! current values. The HTTP server (`http`) runs on its own thread and
+//! runtime, so probes answer even while the actor thread is busy.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,6 +22,8 @@ use kinformer::{Cause, Event, Informer, Subscription};
 use kube::core::DynamicObject;
 use metrics::{counter, gauge};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+
+use super::http::{HttpServer, Limits};
 
 /// Notification types, in label order.
 pub const TYPES: [&str; 3] = ["added", "updated", "deleted"];
@@ -392,88 +394,27 @@ fn describe() {
     );
 }
 
-/// A running metrics endpoint.
-pub struct MetricsServer {
-    /// The bound address.
-    pub addr: SocketAddr,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl MetricsServer {
-    /// Stops serving.
-    pub fn stop(mut self) {
-        self.halt();
-    }
-
-    fn halt(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-impl Drop for MetricsServer {
-    fn drop(&mut self) {
-        self.halt();
-    }
-}
-
-#[derive(Clone)]
-struct AppState {
-    registry: Arc<Registry>,
-    handle: PrometheusHandle,
-}
-
-/// Installs the Prometheus recorder and serves `/metrics`, `/healthz`, `/readyz` on `addr`.
-pub fn serve(addr: SocketAddr, registry: Arc<Registry>) -> anyhow::Result<MetricsServer> {
+/// Installs the Prometheus recorder and serves `/metrics`, `/healthz`,
+/// `/readyz` on `addr`, within [`Limits`]' defaults.
+pub fn serve(addr: SocketAddr, registry: Arc<Registry>) -> anyhow::Result<HttpServer> {
     let handle = PrometheusBuilder::new()
         .install_recorder()
         .context("installing the Prometheus recorder")?;
     describe();
-    let listener = std::net::TcpListener::bind(addr)
-        .with_context(|| format!("observability.metrics_addr: cannot listen on {addr}"))?;
-    listener.set_nonblocking(true)?;
-    let bound = listener.local_addr()?;
     let state = AppState { registry, handle };
     let app = Router::new()
         .route("/metrics", get(render))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
         .with_state(state);
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let thread = std::thread::Builder::new()
-        .name("kinformer-metrics".into())
-        .spawn(move || {
-            runtime.block_on(async move {
-                let listener = match tokio::net::TcpListener::from_std(listener) {
-                    Ok(l) => l,
-                    Err(e) => {
-                        tracing::error!(error = %e, "metrics listener");
-                        return;
-                    }
-                };
-                if let Err(e) = axum::serve(listener, app)
-                    .with_graceful_shutdown(async move {
-                        let _ = rx.await;
-                    })
-                    .await
-                {
-                    tracing::error!(error = %e, "metrics server");
-                }
-            });
-        })?;
-    Ok(MetricsServer {
-        addr: bound,
-        shutdown: Some(tx),
-        thread: Some(thread),
-    })
+    super::http::serve(addr, app, Limits::default(), "kinformer-metrics")
+        .context("observability.metrics_addr")
+}
+
+#[derive(Clone)]
+struct AppState {
+    registry: Arc<Registry>,
+    handle: PrometheusHandle,
 }
 
 async fn render(State(state): State<AppState>) -> String {

@@ -1,16 +1,22 @@
 //! The `kinformer` program (binary only): command line, configuration,
-//! cluster selection, the `run`, `watch` and `config` commands, status
-//! display and metrics. The library (`kinformer::…`) knows nothing of it.
+//! cluster selection, resource names, the `run`, `watch`, `get` and
+//! `config` commands, output formats, status display, logs and metrics.
+//! The library (`kinformer::…`) knows nothing of it.
 
 pub mod build;
 pub mod cli;
 pub mod cluster;
 pub mod config;
+pub mod discovery;
+pub mod get;
+pub mod http;
 pub mod logging;
 pub mod metrics;
+pub mod output;
 pub mod resource;
 pub mod run;
 pub mod status;
+pub mod target;
 pub mod watch;
 
 use std::time::Duration;
@@ -23,7 +29,8 @@ pub async fn main(cli: Cli) -> anyhow::Result<()> {
     let command = cli.command.unwrap_or(Command::Run(RunArgs::default()));
     let flags = match &command {
         Command::Run(a) => a.overrides(),
-        Command::Watch(a) => a.overrides(),
+        Command::Watch(a) => a.target.overrides(),
+        Command::Get(a) => a.target.overrides(),
         Command::Config(a) => {
             let mut flags = config::FlagOverrides::default();
             a.cluster.overrides(&mut flags);
@@ -46,6 +53,7 @@ pub async fn main(cli: Cli) -> anyhow::Result<()> {
     match command {
         Command::Run(args) => run::run(loaded, args).await,
         Command::Watch(args) => watch::watch(loaded, args).await,
+        Command::Get(args) => get::get(loaded, args).await,
         Command::Config(_) => {
             println!("{}", serde_json::to_string_pretty(&loaded.settings)?);
             Ok(())

@@ -12,8 +12,9 @@ use super::build::{CountingSubscriber, Selection, start_informer, subscribe_opti
 use super::cli::RunArgs;
 use super::cluster;
 use super::config::Loaded;
+use super::discovery::resolve_all;
 use super::metrics::{self, InformerView, InitialSync, Notifications, Registry, SubscriberView};
-use super::resource::{Resolved, ResourceSpec, resolve_all};
+use super::resource::{Resolved, ResourceSpec};
 use super::status::{self, Display};
 
 /// Runs until Ctrl-C, SIGTERM or `--for`.
@@ -125,7 +126,7 @@ pub async fn run(loaded: Loaded, args: RunArgs) -> anyhow::Result<()> {
 struct Started {
     cluster: cluster::Cluster,
     registry: Arc<Registry>,
-    metrics_server: Option<metrics::MetricsServer>,
+    metrics_server: Option<super::http::HttpServer>,
 }
 
 /// Connects, resolves every configured resource, starts the informers and
@@ -164,7 +165,7 @@ async fn start_all(loaded: &Loaded) -> anyhow::Result<Started> {
         } else {
             format!("informers[{i}].kind")
         };
-        let r = r.map_err(|m| loaded.error(&key, m))?;
+        let r = r.map_err(|e| loaded.error(&key, e.to_string()))?;
         if inf.namespace.is_some() && !r.namespaced {
             return Err(loaded
                 .error(
@@ -244,9 +245,8 @@ async fn start_all(loaded: &Loaded) -> anyhow::Result<Started> {
     let metrics_server = match &settings.observability.metrics_addr {
         Some(addr) => {
             // Checked when the configuration was loaded.
-            let addr = addr.parse().map_err(|_| {
-                loaded.error("observability.metrics_addr", "not an IP:port address")
-            })?;
+            let addr = super::config::metrics_listen_addr(addr)
+                .map_err(|m| loaded.error("observability.metrics_addr", m))?;
             let server = metrics::serve(addr, registry.clone())?;
             status::say(&format!(
                 "kinformer: metrics on http://{0}/metrics (health: /healthz, readiness: /readyz)",

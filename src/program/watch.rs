@@ -4,28 +4,28 @@
 //! flushed at once (pipe it into `jq`):
 //! `{"type":"Added"|"Updated"|"Deleted","key":"ns/name","resourceVersion":"…",
 //! "cause":"initial"|"watch"|"relist"|"resync","finalStateUnknown":false}`,
-//! plus `"object"` with `--full`. Everything else goes to stderr.
+//! plus `"object"` with `--full` (with its `apiVersion` and `kind`, a
+//! Secret's values redacted unless `--show-secrets`). `-o yaml` prints the
+//! same as one YAML document per notification. Everything else goes to stderr.
 
 use std::io::Write;
 use std::sync::Arc;
 
 use actix::prelude::*;
-use anyhow::Context as _;
 use kinformer::Event;
 use kube::core::DynamicObject;
-use serde_json::json;
 use tokio::sync::Notify;
 
-use super::build::{Selection, start_informer};
-use super::cli::{Output, WatchArgs};
-use super::cluster;
-use super::config::{EmbeddedSettings, Loaded};
-use super::resource::{ResourceSpec, resolve_all};
+use super::cli::{WatchArgs, WatchOutput};
+use super::config::Loaded;
+use super::output::{self, ObjectView};
+use super::target::Target;
 
 /// Prints each notification; signals `closed` when stdout is gone.
 struct Printer {
-    output: Output,
-    full: bool,
+    output: WatchOutput,
+    /// With `--full`: how objects are printed.
+    objects: Option<ObjectView>,
     closed: Arc<Notify>,
     stdout_closed: bool,
 }
@@ -34,48 +34,22 @@ impl Actor for Printer {
     type Context = Context<Self>;
 }
 
-/// One notification as printed (`-o json`).
-pub fn to_json(event: &Event<DynamicObject>, full: bool) -> serde_json::Value {
-    let (ty, object, unknown) = match event {
-        Event::Added { object, .. } => ("Added", Some(object), false),
-        Event::Updated { new, .. } => ("Updated", Some(new), false),
-        Event::Deleted { object, .. } => {
-            ("Deleted", object.object(), object.is_final_state_unknown())
-        }
-    };
-    let rv = object
-        .and_then(|o| o.metadata.resource_version.clone())
-        .unwrap_or_default();
-    let mut line = json!({
-        "type": ty,
-        "key": event.key().as_str(),
-        "resourceVersion": rv,
-        "cause": event.cause(),
-        "finalStateUnknown": unknown,
-    });
-    if full {
-        line["object"] = object
-            .and_then(|o| serde_json::to_value(&**o).ok())
-            .unwrap_or(serde_json::Value::Null);
+impl Printer {
+    fn format(&self, event: &Event<DynamicObject>) -> anyhow::Result<String> {
+        let objects = self.objects.as_ref();
+        Ok(match self.output {
+            WatchOutput::Json => output::notification(event, objects).to_string(),
+            WatchOutput::Yaml => output::yaml_document(&output::notification(event, objects))?,
+            WatchOutput::Text => match (objects, event.object()) {
+                (Some(view), Some(object)) => format!(
+                    "{}\n{}",
+                    output::text_line(event),
+                    serde_json::to_string_pretty(&view.render(object))?
+                ),
+                _ => output::text_line(event),
+            },
+        })
     }
-    line
-}
-
-fn to_text(event: &Event<DynamicObject>) -> String {
-    let line = to_json(event, false);
-    let field = |k: &str| line[k].as_str().unwrap_or_default().to_owned();
-    format!(
-        "{:<8} {:<8} {} rv={}{}",
-        field("type").to_uppercase(),
-        field("cause"),
-        field("key"),
-        field("resourceVersion"),
-        if line["finalStateUnknown"].as_bool() == Some(true) {
-            " (final state unknown)"
-        } else {
-            ""
-        }
-    )
 }
 
 impl Handler<Event<DynamicObject>> for Printer {
@@ -85,17 +59,12 @@ impl Handler<Event<DynamicObject>> for Printer {
         if self.stdout_closed {
             return;
         }
-        let line = match self.output {
-            Output::Json => to_json(&event, self.full).to_string(),
-            Output::Text if self.full => format!(
-                "{}\n{}",
-                to_text(&event),
-                event
-                    .object()
-                    .and_then(|o| serde_json::to_string_pretty(&**o).ok())
-                    .unwrap_or_default()
-            ),
-            Output::Text => to_text(&event),
+        let line = match self.format(&event) {
+            Ok(line) => line,
+            Err(e) => {
+                tracing::warn!(key = %event.key(), error = %e, "notification not printable");
+                return;
+            }
         };
         let mut out = std::io::stdout().lock();
         if writeln!(out, "{line}").and_then(|_| out.flush()).is_err() {
@@ -121,7 +90,7 @@ pub async fn watch(loaded: Loaded, args: WatchArgs) -> anyhow::Result<()> {
     let mut signals = super::StopSignals::install()?;
     let deadline = super::deadline_after(args.run_for);
     let Watching {
-        cluster,
+        target,
         informer,
         subscription,
         closed,
@@ -137,9 +106,7 @@ pub async fn watch(loaded: Loaded, args: WatchArgs) -> anyhow::Result<()> {
     };
     informer.stop().await;
     subscription.unsubscribe().await;
-    if let Some(embedded) = cluster.embedded {
-        embedded.shutdown();
-    }
+    target.shutdown();
     // Never synced because its requests kept failing: say why rather than
     // end as if all was well (unless the reader went away first, as `| head`
     // does). Merely stopped before a slow initial sync finished is no failure.
@@ -154,7 +121,7 @@ pub async fn watch(loaded: Loaded, args: WatchArgs) -> anyhow::Result<()> {
 
 /// What `watch` runs until it stops.
 struct Watching {
-    cluster: cluster::Cluster,
+    target: Target,
     informer: kinformer::Informer<DynamicObject>,
     subscription: kinformer::Subscription<DynamicObject>,
     closed: Arc<Notify>,
@@ -162,56 +129,14 @@ struct Watching {
 
 /// Connects, resolves the resource, starts the informer and the printer.
 async fn start_watching(loaded: &Loaded, args: &WatchArgs) -> anyhow::Result<Watching> {
-    let settings = &loaded.settings;
-    // A small workload, in the namespace `watch` looks at by default, so
-    // that `kinformer watch configmaps` shows changes as they happen.
-    let embedded = EmbeddedSettings {
-        seed: 10,
-        churn_per_sec: 1.0,
-        churn_objects: 10,
-        churn_namespace: "default".into(),
-        ..EmbeddedSettings::default()
-    };
-    let cluster = cluster::connect(&settings.cluster, &embedded).await?;
-    eprintln!("{}", cluster.banner);
-    let default_namespace = cluster.config.default_namespace.clone();
-    let client = kube::Client::try_from(cluster.config.clone()).context("building the client")?;
-    let spec = ResourceSpec {
-        resource: Some(args.resource.clone()),
-        ..ResourceSpec::default()
-    };
-    let resource = super::within(
-        "reading the server's discovery documents",
-        settings.engine.read_timeout,
-        async {
-            resolve_all(&client, std::slice::from_ref(&spec))
-                .await
-                .context("reading the server's discovery documents")
-        },
-    )
-    .await?
-    .pop()
-    .unwrap_or_else(|| Err("not resolved".into()))
-    .map_err(|m| anyhow::anyhow!("RESOURCE {:?}: {m}", args.resource))?;
-    let namespace = match (&args.namespace, args.all_namespaces) {
-        (_, true) => None,
-        (Some(ns), false) => Some(ns.clone()),
-        (None, false) => Some(default_namespace),
-    };
-    let namespace = namespace.filter(|_| resource.namespaced);
-    let selection = Selection {
-        namespace: namespace.clone(),
-        label_selector: args.label_selector.clone(),
-        field_selector: args.field_selector.clone(),
-        ..Selection::default()
-    };
-    let span =
-        tracing::info_span!("informer", informer = %args.resource, resource = %resource.describe());
-    let informer = start_informer(client, &resource, &selection, &settings.engine)?;
+    let target = Target::open(loaded, &args.target).await?;
+    let resource = &target.resource;
+    let span = tracing::info_span!("informer", informer = %args.target.resource, resource = %resource.describe());
+    let informer = target.start_informer(&args.target, loaded)?;
     let closed = Arc::new(Notify::new());
     let printer = Printer {
         output: args.output,
-        full: args.full,
+        objects: args.full.then(|| target.objects(&args.target)),
         closed: closed.clone(),
         stdout_closed: false,
     }
@@ -223,23 +148,23 @@ async fn start_watching(loaded: &Loaded, args: &WatchArgs) -> anyhow::Result<Wat
         policy: None,
         capacity: None,
     };
-    let options = super::build::subscribe_options(&printer_settings, &settings.engine);
+    let options = super::build::subscribe_options(&printer_settings, &loaded.settings.engine);
     let subscription = informer.subscribe(printer.recipient(), options).await?;
     span.in_scope(|| {
-        tracing::info!(namespace = ?namespace, resync = ?subscription.resync_period(), "watching")
+        tracing::info!(namespace = ?target.namespace, resync = ?subscription.resync_period(), "watching")
     });
+    let resync = humantime::format_duration(subscription.resync_period());
     eprintln!(
-        "kinformer: watching {} in {} (resync {})",
+        "kinformer: watching {} {}",
         resource.describe(),
-        namespace
-            .as_deref()
-            .map_or("all namespaces".to_owned(), |ns| format!(
-                "namespace {ns:?}"
-            )),
-        humantime::format_duration(subscription.resync_period()),
+        if resource.namespaced {
+            format!("{} (resync {resync})", target.scope())
+        } else {
+            format!("({}, resync {resync})", target.scope())
+        }
     );
     Ok(Watching {
-        cluster,
+        target,
         informer,
         subscription,
         closed,

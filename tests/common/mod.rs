@@ -97,6 +97,15 @@ pub fn client(server: &ServerHandle) -> kube::Client {
     kube::Client::try_from(config).expect("kube client")
 }
 
+/// A Reflector backoff short enough for tests (20 ms doubling to 200 ms).
+pub fn fast_backoff() -> kinformer::Backoff {
+    kinformer::Backoff::new(
+        Duration::from_millis(20),
+        Duration::from_millis(200),
+        Duration::from_secs(120),
+    )
+}
+
 /// One recorded notification.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Seen {

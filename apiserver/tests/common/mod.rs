@@ -59,10 +59,24 @@ pub async fn request(
     content_type: Option<&str>,
     body: impl Into<Bytes>,
 ) -> Answer {
+    let headers: Vec<(&str, &str)> = content_type
+        .map(|ct| ("content-type", ct))
+        .into_iter()
+        .collect();
+    request_with(method, url, &headers, body).await
+}
+
+/// Send a raw request with these headers and read the whole answer.
+pub async fn request_with(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: impl Into<Bytes>,
+) -> Answer {
     let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
     let mut req = http::Request::builder().method(method).uri(url);
-    if let Some(ct) = content_type {
-        req = req.header("content-type", ct);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
     }
     let req = req.body(Full::new(body.into())).unwrap();
     let resp = tokio::time::timeout(Duration::from_secs(20), client.request(req))
@@ -89,6 +103,53 @@ pub async fn get(url: &str) -> Answer {
 
 pub async fn post_json(url: &str, body: &Value) -> Answer {
     request("POST", url, Some("application/json"), body.to_string()).await
+}
+
+pub async fn put_json(url: &str, body: &Value) -> Answer {
+    request("PUT", url, Some("application/json"), body.to_string()).await
+}
+
+pub async fn merge_patch(url: &str, body: &Value) -> Answer {
+    request(
+        "PATCH",
+        url,
+        Some("application/merge-patch+json"),
+        body.to_string(),
+    )
+    .await
+}
+
+pub async fn delete(url: &str) -> Answer {
+    request("DELETE", url, None, Bytes::new()).await
+}
+
+/// A namespaced CRD `gadgets.example.org` (kind Gadget, short name `gd`, category `all`)
+/// with a status subresource, a scale subresource, and two versions: `v1` (storage) and
+/// `v2` (served, same storage). The schema wants an integer `spec.size`.
+pub fn gadget_crd() -> Value {
+    let schema = serde_json::json!({"openAPIV3Schema": {"type": "object", "properties": {
+        "spec": {"type": "object", "properties": {
+            "size": {"type": "integer"},
+            "replicas": {"type": "integer"},
+            "color": {"type": "string", "enum": ["red", "blue"]}
+        }},
+        "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
+    }}});
+    serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "gadgets.example.org"},
+        "spec": {
+            "group": "example.org",
+            "scope": "Namespaced",
+            "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget", "listKind": "GadgetList", "shortNames": ["gd"], "categories": ["all"]},
+            "versions": [
+                {"name": "v1", "served": true, "storage": true, "schema": schema,
+                 "subresources": {"status": {}, "scale": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas"}}},
+                {"name": "v2", "served": true, "storage": false, "schema": schema}
+            ]
+        }
+    })
 }
 
 /// An open watch stream read line by line.
