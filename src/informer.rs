@@ -112,6 +112,15 @@ where
         self
     }
 
+    /// While a backoff after a failure without an answer (a refused or reset
+    /// connection, a timeout) waits, probe the server with `GET /version` and
+    /// end the wait once it answers again (default on). Off, the wait runs its
+    /// course, as client-go's does.
+    pub fn probes(mut self, on: bool) -> Self {
+        self.reflector.probe = on;
+        self
+    }
+
     /// The shortest watch timeout asked of the server; each watch asks for a
     /// jittered `[min, 2·min)` (R-15; default 5 minutes, at least 1 s).
     pub fn min_watch_timeout(mut self, min: Duration) -> Self {

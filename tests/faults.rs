@@ -375,16 +375,32 @@ async fn random_writes_and_faults_always_converge() {
     }
 }
 
-#[actix::test]
-async fn refused_connections_back_off_until_the_server_appears() {
-    // A port nobody listens on (yet).
+/// A port nobody listens on (yet), and a kube client for it (no retries of its own).
+fn client_of_a_closed_port() -> (std::net::SocketAddr, kube::Client) {
     let addr = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap();
     let mut config = kube::Config::new(format!("http://{addr}").parse().unwrap());
     config.default_retry = false;
-    let client = kube::Client::try_from(config).unwrap();
+    (addr, kube::Client::try_from(config).unwrap())
+}
+
+/// An API server listening at `addr` with 5 ConfigMaps in `default`.
+fn serve_5_configmaps_at(addr: std::net::SocketAddr) -> ServerHandle {
+    let server =
+        kinformer_apiserver::ApiServer::start_in_thread(kinformer_apiserver::ServerConfig {
+            listen: addr,
+            ..Default::default()
+        })
+        .unwrap();
+    server.seed_configmaps("default", 5).unwrap();
+    server
+}
+
+#[actix::test]
+async fn refused_connections_back_off_until_the_server_appears() {
+    let (addr, client) = client_of_a_closed_port();
     let informer = Informer::builder(kube::Api::<ConfigMap>::namespaced(client, "default"))
         .backoff(fast_backoff())
         .start()
@@ -394,13 +410,7 @@ async fn refused_connections_back_off_until_the_server_appears() {
     })
     .await;
     assert!(!informer.has_synced());
-    let server =
-        kinformer_apiserver::ApiServer::start_in_thread(kinformer_apiserver::ServerConfig {
-            listen: addr,
-            ..Default::default()
-        })
-        .unwrap();
-    server.seed_configmaps("default", 5).unwrap();
+    let _server = serve_5_configmaps_at(addr);
     informer.wait_for_sync(SYNC).await.unwrap();
     eventually(SETTLE, "the cache fills", || {
         informer.store().snapshot().len() == 5
@@ -413,13 +423,7 @@ async fn refused_connections_back_off_until_the_server_appears() {
 /// server as soon as it listens, and the wait is cut.
 #[actix::test]
 async fn probes_notice_a_server_that_appears_long_before_the_backoff_ends() {
-    let addr = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    let mut config = kube::Config::new(format!("http://{addr}").parse().unwrap());
-    config.default_retry = false;
-    let client = kube::Client::try_from(config).unwrap();
+    let (addr, client) = client_of_a_closed_port();
     let backoff = Duration::from_secs(20);
     let informer = Informer::builder(kube::Api::<ConfigMap>::namespaced(client, "default"))
         .backoff(Backoff::new(backoff, backoff, Duration::from_secs(120)))
@@ -427,13 +431,7 @@ async fn probes_notice_a_server_that_appears_long_before_the_backoff_ends() {
         .unwrap();
     // A probe has found nobody: the next one that gets an answer means the server came.
     eventually(SETTLE, "a refused probe", || informer.stats().probes >= 1).await;
-    let server =
-        kinformer_apiserver::ApiServer::start_in_thread(kinformer_apiserver::ServerConfig {
-            listen: addr,
-            ..Default::default()
-        })
-        .unwrap();
-    server.seed_configmaps("default", 5).unwrap();
+    let _server = serve_5_configmaps_at(addr);
     let up = tokio::time::Instant::now();
     // Without probes the relist would wait at least the 20 s backoff.
     informer

@@ -132,14 +132,12 @@ where
         let start = Instant::now();
         let deadline = start + d;
         loop {
-            let interval = self
-                .state
-                .borrow()
-                .probe_interval(Self::now(), (self.jitter)());
-            let Some(at) = interval
-                .map(|i| Instant::now() + i)
-                .filter(|at| *at < deadline)
-            else {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let interval =
+                self.state
+                    .borrow()
+                    .probe_interval(Self::now(), remaining, (self.jitter)());
+            let Some(at) = interval.map(|i| Instant::now() + i) else {
                 tokio::time::sleep_until(deadline).await;
                 break;
             };
@@ -748,8 +746,7 @@ mod tests {
 
     /// Issue 28 finding 2: a transport failure on a watch (a reset when it
     /// opens, an error in its stream) re-watches from the last
-    /// resourceVersion after a backoff: no relist. The server answers the
-    /// probes at once, so the waits run their course.
+    /// resourceVersion after a backoff: no relist.
     #[tokio::test(start_paused = true)]
     async fn a_transport_failure_rewatches_from_the_last_rv_after_a_backoff() {
         let mut d = Driven::new(ReflectorOptions::default());
@@ -762,7 +759,7 @@ mod tests {
         assert_eq!(lists(&d), 1);
         assert_eq!(watched(&d), ["10", "10", "11"]);
         assert_eq!(waits_between_watches(&d), [800, 1600]);
-        assert_eq!(d.source.probes().len(), 2, "one probe per wait, answered");
+        assert_eq!(d.source.probes().len(), 1, "in the 1.6 s wait, answered");
         let transport = &d.stats.watch_ends[WatchEndReason::Transport as usize];
         assert_eq!(transport.load(Ordering::Relaxed), 2);
         assert_eq!(d.state.borrow().relists(), 0);
@@ -834,6 +831,19 @@ mod tests {
         }
     }
 
+    /// The outage with probes and without, jitter 0: with probes the sink
+    /// gets `want` within 2 s of the return, without more requests during
+    /// the outage; without, more than 20 s after it.
+    async fn probed_and_waited(after: &impl Fn(&Driven), want: &str) -> (Outage, Outage) {
+        let probed = outage(true, || 0.0, after, want).await;
+        let waited = outage(false, || 0.0, after, want).await;
+        let (p, w) = (probed.recovered_after, waited.recovered_after);
+        assert!(p <= 2 * SECOND, "{p:?}");
+        assert!(w > 20 * SECOND, "{w:?}");
+        assert!(probed.requests <= waited.requests);
+        (probed, waited)
+    }
+
     /// Issue 28 finding 3: after a 30 s outage the state converges within
     /// 2 s of the server's return (the history kept: a re-watch resumes),
     /// with no more list or watch requests during the outage than without
@@ -844,24 +854,12 @@ mod tests {
             d.source.watch(&[Step::Added("c", "12"), Step::Hang]);
         };
         let want = "enqueue [added c@12]";
-        let probed = outage(true, || 0.0, &after, want).await;
-        let waited = outage(false, || 0.0, &after, want).await;
-        assert!(
-            probed.recovered_after <= 2 * SECOND,
-            "{:?}",
-            probed.recovered_after
-        );
-        assert!(probed.requests <= waited.requests);
+        let (probed, waited) = probed_and_waited(&after, want).await;
         assert_eq!(
             waited.requests, 6,
             "re-watches at 10, 10.8, 12.4, 15.6, 22 and 34.8 s"
         );
-        assert!(
-            waited.recovered_after > 20 * SECOND,
-            "{:?}",
-            waited.recovered_after
-        );
-        // At most one probe every 0.5 s, which a down server never sees.
+        // At most two probes a second, which a down server never sees.
         assert!(probed.probes <= 60, "{}", probed.probes);
         assert_eq!(waited.probes, 0);
         // The longest jitter: waits and probe intervals doubled.
@@ -887,19 +885,31 @@ mod tests {
                 .watch(&[Step::Hang]);
         };
         let want = "replace 50 [a@1 b@11 c@45]";
-        let probed = outage(true, || 0.0, &after, want).await;
-        let waited = outage(false, || 0.0, &after, want).await;
-        assert!(
-            probed.recovered_after <= 2 * SECOND,
-            "{:?}",
-            probed.recovered_after
-        );
-        assert!(probed.requests <= waited.requests);
-        assert!(
-            waited.recovered_after > 20 * SECOND,
-            "{:?}",
-            waited.recovered_after
-        );
+        probed_and_waited(&after, want).await;
+    }
+
+    /// A return just before the backoff ends, after the last probe: the
+    /// re-watch itself gets the first answer, a 410, and relists at once too.
+    #[tokio::test(start_paused = true)]
+    async fn a_410_first_answered_to_the_rewatch_after_an_outage_relists_at_once() {
+        let mut d = Driven::new(ReflectorOptions::default());
+        let up = Duration::from_millis(60_200);
+        d.source
+            .outage(DOWN, up)
+            .page("10", &[("a", "1")], None)
+            .watch(&[Step::Added("b", "11"), Step::Sleep(DOWN)])
+            .watch(&[Step::Fail(Failure::Expired)])
+            .page("60", &[("a", "1"), ("b", "11")], None)
+            .watch(&[Step::Hang]);
+        d.run_for(3 * MINUTE).await;
+        let probes = d.source.probes();
+        assert!(probes.last().is_some_and(|p| *p < up), "{probes:?}");
+        let log = d.source.log();
+        let (rewatched, _) = log[log.len() - 3];
+        let (relisted, ref relist) = log[log.len() - 2];
+        assert_eq!(*relist, page(at("11"), None, None));
+        assert_eq!(relisted, rewatched, "at once");
+        assert!(relisted - up < 2 * SECOND, "{:?}", relisted - up);
     }
 
     /// A server that answers the probes at once while our watch keeps failing
@@ -914,6 +924,10 @@ mod tests {
         d.source.watch(&[Step::Hang]);
         d.run_for(MINUTE).await;
         assert_eq!(waits_between_watches(&d), [800, 1600, 3200, 6400]);
-        assert_eq!(d.source.probes().len(), 4);
+        assert_eq!(
+            d.source.probes().len(),
+            3,
+            "one in each wait of 1 s or more, answered"
+        );
     }
 }

@@ -16,16 +16,17 @@
 //! - While a backoff after such a failure runs, the server is probed (a
 //!   cheap request: `GET /version`) at a cadence of 1/60 of the outage so
 //!   far, between [`PROBE_INTERVAL_MIN`] and [`PROBE_INTERVAL_MAX`], each wait
-//!   jittered into `[d, 2d)`. A probe answered after one of the same outage
-//!   went unanswered ends the wait: the server is back. A probe answered with
-//!   an error, or answered before any went unanswered (the server answers,
-//!   only our request failed), ends the probing of that wait, which runs its
-//!   course. List and watch requests thus keep the backoff's pace while the
-//!   server is away (a server that is down never sees the probes); only the
-//!   wait after its return is cut.
-//! - The first 410 after the server came back relists at once, not after
-//!   the backoff built up while it was away: a restart that lost the watch
-//!   history answers the first re-watch so.
+//!   jittered into `[d, 2d)`, but not in the last [`PROBE_INTERVAL_MIN`] of
+//!   the backoff (the request itself comes then). A probe answered after one
+//!   of the same outage went unanswered ends the backoff: the server is back.
+//!   A probe answered with an error, or answered before any went unanswered
+//!   (the server answers, only our request failed), ends the probing of that
+//!   backoff, which runs its course. List and watch requests thus keep the
+//!   backoff's pace while the server is away (a server that is down never
+//!   sees the probes); only the wait after its return is cut.
+//! - A 410 that is the server's first answer after a probe found it away
+//!   relists at once, not after the backoff built up meanwhile: a restart
+//!   that lost the watch history answers the first re-watch so.
 
 use std::time::{Duration, Instant};
 
@@ -36,7 +37,9 @@ use super::state::Failure;
 /// at least 80 s without an answer.
 pub const MAX_UNREACHABLE_REWATCHES: u32 = 8;
 
-/// The shortest wait between two probes (before jitter).
+/// The shortest wait between two probes (before jitter), kept for the first
+/// 30 s of an outage: the server's return is then seen within 1.5 s (at most
+/// two intervals from the last probe to the request).
 pub const PROBE_INTERVAL_MIN: Duration = Duration::from_millis(500);
 
 /// The longest wait between two probes (before jitter), reached after a
@@ -63,8 +66,8 @@ pub struct Outage {
     /// A probe of this outage went unanswered, so an answered one means the
     /// server came back. Cleared with `since`.
     probe_missed: bool,
-    /// A probe saw the server come back: the next 410 relists at once.
-    /// Cleared by the next failure, event or list.
+    /// A probe saw the server come back: its next answer is its first since
+    /// it was seen away. Cleared by that answer, an event or a list.
     returned: bool,
     /// Watch failures without an answer in a row, since the last event or
     /// successful list.
@@ -72,13 +75,17 @@ pub struct Outage {
 }
 
 impl Outage {
-    /// A request failed with `failure` at `now`.
-    pub fn failed(&mut self, failure: &Failure, now: Instant) {
+    /// A request failed with `failure` at `now`. Returns whether this is the
+    /// server's first answer since a probe found it away.
+    pub fn failed(&mut self, failure: &Failure, now: Instant) -> bool {
         if failure.unreachable() {
             self.since.get_or_insert(now);
-        } else {
-            self.answered();
+            return false;
         }
+        // Both read (no short-circuit): `returned` applies to one answer.
+        let back = std::mem::take(&mut self.returned) | self.probe_missed;
+        self.answered();
+        back
     }
 
     /// The server answered (an error status or a clean close included).
@@ -94,12 +101,6 @@ impl Outage {
         self.rewatches = 0;
     }
 
-    /// Whether a probe saw the server come back since the last failure
-    /// (and forgets it: it applies to one failure).
-    pub fn take_returned(&mut self) -> bool {
-        std::mem::take(&mut self.returned)
-    }
-
     /// After a watch failure without an answer: `true` to re-watch, `false`
     /// to relist (the [`MAX_UNREACHABLE_REWATCHES`]th in a row).
     pub fn rewatch(&mut self) -> bool {
@@ -112,11 +113,18 @@ impl Outage {
     }
 
     /// How long until the next probe, if the server is to be probed (it has
-    /// not answered since `since`). `jitter` is uniform in `[0, 1)`.
-    pub fn probe_interval(&self, now: Instant, jitter: f64) -> Option<Duration> {
+    /// not answered since `since`) during a backoff of which `remaining` is
+    /// left. `jitter` is uniform in `[0, 1)`.
+    pub fn probe_interval(
+        &self,
+        now: Instant,
+        remaining: Duration,
+        jitter: f64,
+    ) -> Option<Duration> {
         let outage = now.saturating_duration_since(self.since?);
         let base = (outage / 60).clamp(PROBE_INTERVAL_MIN, PROBE_INTERVAL_MAX);
-        Some(base.mul_f64(1.0 + jitter.clamp(0.0, 1.0)))
+        let interval = base.mul_f64(1.0 + jitter.clamp(0.0, 1.0));
+        (interval + PROBE_INTERVAL_MIN <= remaining).then_some(interval)
     }
 
     /// A probe ended with `result`.
@@ -145,19 +153,25 @@ mod tests {
     #[test]
     fn the_probe_cadence_grows_with_the_outage_between_its_bounds() {
         let t = Instant::now();
+        let long = Duration::from_secs(60);
         let mut o = Outage::default();
-        assert_eq!(o.probe_interval(t, 0.0), None, "no outage, no probe");
+        assert_eq!(o.probe_interval(t, long, 0.0), None, "no outage, no probe");
         o.failed(&REFUSED, t);
         o.failed(&Failure::Transport, t + Duration::from_secs(9));
-        let at = |secs| o.probe_interval(t + Duration::from_secs(secs), 0.0);
+        let at = |secs| o.probe_interval(t + Duration::from_secs(secs), long, 0.0);
         assert_eq!(at(0), Some(PROBE_INTERVAL_MIN));
-        assert_eq!(at(30), Some(Duration::from_millis(500)));
+        assert_eq!(at(30), Some(PROBE_INTERVAL_MIN));
         assert_eq!(at(90), Some(Duration::from_millis(1500)));
         assert_eq!(at(600), Some(PROBE_INTERVAL_MAX));
-        let jittered = o.probe_interval(t + Duration::from_secs(90), 0.5);
+        let jittered = o.probe_interval(t + Duration::from_secs(90), long, 0.5);
         assert_eq!(jittered, Some(Duration::from_millis(2250)));
+        // Not in the backoff's last interval: the request itself comes then.
+        let remaining = |ms| o.probe_interval(t, Duration::from_millis(ms), 0.0);
+        assert_eq!(remaining(1000), Some(PROBE_INTERVAL_MIN));
+        assert_eq!(remaining(999), None);
         o.failed(&Failure::Other, t);
-        assert_eq!(o.probe_interval(t, 0.0), None, "an answer ends the outage");
+        let after = o.probe_interval(t, long, 0.0);
+        assert_eq!(after, None, "an answer ends the outage");
     }
 
     #[test]
@@ -167,18 +181,47 @@ mod tests {
         o.failed(&Failure::Transport, t);
         // Answered at once: the server is there, only the request failed.
         assert_eq!(o.probed(&Ok(())), ProbeVerdict::Stop);
-        assert!(!o.take_returned());
         assert_eq!(o.probed(&Err(REFUSED)), ProbeVerdict::Again);
         assert_eq!(o.probed(&Err(Failure::Transport)), ProbeVerdict::Again);
         assert_eq!(o.probed(&Ok(())), ProbeVerdict::Back);
-        assert_eq!(o.probe_interval(t, 0.0), None);
-        assert!(o.take_returned());
-        assert!(!o.take_returned(), "it applies to one failure");
+        assert_eq!(o.probe_interval(t, Duration::MAX, 0.0), None);
         // An error answer: the server is up but failing.
         o.failed(&REFUSED, t);
         o.probed(&Err(REFUSED));
         let throttled = Failure::TooManyRequests { retry_after: None };
         assert_eq!(o.probed(&Err(throttled)), ProbeVerdict::Stop);
+    }
+
+    #[test]
+    fn the_first_answer_after_an_outage_is_known_as_such() {
+        let t = Instant::now();
+        let mut o = Outage::default();
+        assert!(!o.failed(&Failure::Expired, t), "no outage before");
+        // Seen by a probe, then answered.
+        o.failed(&REFUSED, t);
+        o.probed(&Err(REFUSED));
+        o.probed(&Ok(()));
+        assert!(o.failed(&Failure::Expired, t));
+        assert!(!o.failed(&Failure::Expired, t), "only the first answer");
+        // Found away by a probe, and the request itself got the first answer.
+        assert!(!o.failed(&Failure::Transport, t));
+        o.probed(&Err(Failure::Transport));
+        assert!(o.failed(&Failure::Expired, t));
+        // Seen back, away again before an answer, found away: one first answer.
+        o.failed(&REFUSED, t);
+        o.probed(&Err(REFUSED));
+        o.probed(&Ok(()));
+        o.failed(&REFUSED, t);
+        o.probed(&Err(REFUSED));
+        assert!(o.failed(&Failure::Expired, t));
+        assert!(!o.failed(&Failure::Expired, t), "one answer, not two");
+        // Never probed (the waits were too short): an answer as any other.
+        o.failed(&REFUSED, t);
+        assert!(!o.failed(&Failure::Expired, t));
+        // An event in between: the outage is over.
+        o.failed(&REFUSED, t);
+        o.healthy();
+        assert!(!o.failed(&Failure::Expired, t));
     }
 
     #[test]

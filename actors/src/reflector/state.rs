@@ -285,7 +285,6 @@ impl ReflectorState {
         jitter: f64,
     ) -> Next {
         self.outage.failed(failure, now);
-        self.outage.take_returned();
         match failure {
             // Retry at once with ""; if "" itself failed, back off.
             Failure::Expired | Failure::TooLargeResourceVersion if !self.rv_unavailable => {
@@ -332,8 +331,7 @@ impl ReflectorState {
 
     /// A watch failed to open or in its stream (R-16, R-19, [`recovery`](super::recovery)).
     fn watch_failed(&mut self, failure: &Failure, now: Instant, jitter: f64) -> Next {
-        self.outage.failed(failure, now);
-        let returned = self.outage.take_returned();
+        let back = self.outage.failed(failure, now);
         match failure {
             Failure::TooManyRequests { .. } => Next::WatchAfter(self.delay(failure, now, jitter)),
             f if f.unreachable() => {
@@ -345,7 +343,8 @@ impl ReflectorState {
                     Next::ListAfter(d)
                 }
             }
-            Failure::Expired if returned => Next::List,
+            // The server's first answer after it was away (recovery).
+            Failure::Expired if back => Next::List,
             _ => Next::ListAfter(self.delay(failure, now, jitter)),
         }
     }
@@ -381,11 +380,17 @@ impl ReflectorState {
         }
     }
 
-    /// How long until the next probe of a server that does not answer, or
-    /// `None` when it is not to be probed. `jitter` is uniform in `[0, 1)`.
-    pub fn probe_interval(&self, now: Instant, jitter: f64) -> Option<Duration> {
+    /// How long until the next probe of a server that does not answer, during
+    /// a wait of which `remaining` is left, or `None` when it is not to be
+    /// probed. `jitter` is uniform in `[0, 1)`.
+    pub fn probe_interval(
+        &self,
+        now: Instant,
+        remaining: Duration,
+        jitter: f64,
+    ) -> Option<Duration> {
         self.outage
-            .probe_interval(now, jitter)
+            .probe_interval(now, remaining, jitter)
             .filter(|_| self.probe)
     }
 
