@@ -15,8 +15,8 @@ use kinformer_actors::indexer::{
 use kinformer_actors::listener::{Listener, ListenerOptions, ListenerStats, StopListener, Target};
 use kinformer_actors::reflector::decode::DecodeOptions;
 use kinformer_actors::reflector::{
-    Backoff, ListWatch, Reflector, ReflectorOptions, ReflectorStats, RequestFailure, StopReflector,
-    Transform, WatchEndReason,
+    Backoff, KubeSource, ListWatch, Reflector, ReflectorOptions, ReflectorStats, RequestFailure,
+    StopReflector, Transform, WatchEndReason,
 };
 use kinformer_actors::resync::{CancelResync, ResyncTimer, ScheduleResync, StopResync};
 use kinformer_actors::{Event, EventBatch};
@@ -82,9 +82,11 @@ where
         self
     }
 
-    /// Page size of lists (default 500; 0 = unpaginated).
+    /// Page size of every list, relists at a resourceVersion included (R-10;
+    /// 0 = unpaginated). Unset, lists ask for 500 and relists at a
+    /// resourceVersion are unpaginated, so that the watch cache serves them.
     pub fn page_size(mut self, page_size: u32) -> Self {
-        self.reflector.page_size = page_size;
+        self.reflector.page_size = Some(page_size);
         self
     }
 
@@ -107,6 +109,15 @@ where
     /// `ZERO` turns these deadlines off.
     pub fn read_timeout(mut self, timeout: Duration) -> Self {
         self.reflector.read_timeout = timeout;
+        self
+    }
+
+    /// While a backoff after a failure without an answer (a refused or reset
+    /// connection, a timeout) waits, probe the server with `GET /version` and
+    /// end the wait once it answers again (default on). Off, the wait runs its
+    /// course, as client-go's does.
+    pub fn probes(mut self, on: bool) -> Self {
+        self.reflector.probe = on;
         self
     }
 
@@ -225,7 +236,7 @@ where
         .start();
         let resync = ResyncTimer::new(indexer.clone().recipient()).start();
         let (rv_tx, rv) = watch::channel(String::new());
-        let source = ListWatch {
+        let source = KubeSource::new(ListWatch {
             api: self.api,
             label_selector: self.label_selector,
             field_selector: self.field_selector,
@@ -234,7 +245,7 @@ where
             },
             read_timeout: self.reflector.read_timeout,
             failures: stats.reflector.last_failure.clone(),
-        };
+        });
         let reflector_stats = stats.reflector.clone();
         let transform = self.transform;
         let options = self.reflector;
@@ -319,6 +330,8 @@ pub struct WatchEnds {
     pub throttled: u64,
     /// Connection refused: backed off and re-watched.
     pub refused: u64,
+    /// No answer (a reset or closed connection, a timeout): backed off and re-watched.
+    pub transport: u64,
     /// A malformed line: relisted.
     pub malformed: u64,
     /// Any other error: relisted.
@@ -333,6 +346,7 @@ impl WatchEnds {
             WatchEndReason::Expired => self.expired,
             WatchEndReason::Throttled => self.throttled,
             WatchEndReason::Refused => self.refused,
+            WatchEndReason::Transport => self.transport,
             WatchEndReason::Malformed => self.malformed,
             WatchEndReason::Other => self.other,
         }
@@ -367,6 +381,8 @@ pub struct InformerStats {
     pub reflector_panics: u64,
     /// Milliseconds spent waiting in backoff.
     pub backoff_ms: u64,
+    /// Probes of a server that did not answer, made while a backoff waited.
+    pub probes: u64,
     /// Adds applied to the cache.
     pub added: u64,
     /// Updates applied (unchanged relist/resync replays excluded).
@@ -729,6 +745,7 @@ where
             failures: r(&s.reflector.failures),
             reflector_panics: r(&s.reflector.panics),
             backoff_ms: r(&s.reflector.backoff_ms),
+            probes: r(&s.reflector.probes),
             added: r(&s.indexer.added),
             updated: r(&s.indexer.updated),
             deleted: r(&s.indexer.deleted),
@@ -741,6 +758,7 @@ where
                 expired: r(&s.reflector.watch_ends[WatchEndReason::Expired as usize]),
                 throttled: r(&s.reflector.watch_ends[WatchEndReason::Throttled as usize]),
                 refused: r(&s.reflector.watch_ends[WatchEndReason::Refused as usize]),
+                transport: r(&s.reflector.watch_ends[WatchEndReason::Transport as usize]),
                 malformed: r(&s.reflector.watch_ends[WatchEndReason::Malformed as usize]),
                 other: r(&s.reflector.watch_ends[WatchEndReason::Other as usize]),
             },

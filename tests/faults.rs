@@ -12,9 +12,9 @@ use std::time::Duration;
 use actix::prelude::*;
 use common::*;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kinformer::actors::reflector::Backoff;
+use kinformer::Backoff;
 use kinformer::{Event, Informer, InformerFactory, SubscribeOptions};
-use kinformer_apiserver::{Failure, Verb};
+use kinformer_apiserver::{Failure, ServerHandle, Verb};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 
 const SYNC: Duration = Duration::from_secs(60);
@@ -260,16 +260,32 @@ async fn list_500_storm_backs_off_with_growing_delays_then_syncs() {
     assert!(t0.elapsed() >= Duration::from_millis(750));
 }
 
-#[actix::test]
-async fn refused_connections_back_off_until_the_server_appears() {
-    // A port nobody listens on (yet).
+/// A port nobody listens on (yet), and a kube client for it (no retries of its own).
+fn client_of_a_closed_port() -> (std::net::SocketAddr, kube::Client) {
     let addr = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap();
     let mut config = kube::Config::new(format!("http://{addr}").parse().unwrap());
     config.default_retry = false;
-    let client = kube::Client::try_from(config).unwrap();
+    (addr, kube::Client::try_from(config).unwrap())
+}
+
+/// An API server listening at `addr` with 5 ConfigMaps in `default`.
+fn serve_5_configmaps_at(addr: std::net::SocketAddr) -> ServerHandle {
+    let server =
+        kinformer_apiserver::ApiServer::start_in_thread(kinformer_apiserver::ServerConfig {
+            listen: addr,
+            ..Default::default()
+        })
+        .unwrap();
+    server.seed_configmaps("default", 5).unwrap();
+    server
+}
+
+#[actix::test]
+async fn refused_connections_back_off_until_the_server_appears() {
+    let (addr, client) = client_of_a_closed_port();
     let informer = Informer::builder(kube::Api::<ConfigMap>::namespaced(client, "default"))
         .backoff(fast_backoff())
         .start()
@@ -279,18 +295,37 @@ async fn refused_connections_back_off_until_the_server_appears() {
     })
     .await;
     assert!(!informer.has_synced());
-    let server =
-        kinformer_apiserver::ApiServer::start_in_thread(kinformer_apiserver::ServerConfig {
-            listen: addr,
-            ..Default::default()
-        })
-        .unwrap();
-    server.seed_configmaps("default", 5).unwrap();
+    let _server = serve_5_configmaps_at(addr);
     informer.wait_for_sync(SYNC).await.unwrap();
     eventually(SETTLE, "the cache fills", || {
         informer.store().snapshot().len() == 5
     })
     .await;
+}
+
+/// Issue 28 finding 3, through kube-client: while the relist waits on a long
+/// backoff after a refused connection, `GET /version` probes notice the
+/// server as soon as it listens, and the wait is cut.
+#[actix::test]
+async fn probes_notice_a_server_that_appears_long_before_the_backoff_ends() {
+    let (addr, client) = client_of_a_closed_port();
+    let backoff = Duration::from_secs(20);
+    let informer = Informer::builder(kube::Api::<ConfigMap>::namespaced(client, "default"))
+        .backoff(Backoff::new(backoff, backoff, Duration::from_secs(120)))
+        .start()
+        .unwrap();
+    // A probe has found nobody: the next one that gets an answer means the server came.
+    eventually(SETTLE, "a refused probe", || informer.stats().probes >= 1).await;
+    let _server = serve_5_configmaps_at(addr);
+    let up = tokio::time::Instant::now();
+    // Without probes the relist would wait at least the 20 s backoff.
+    informer
+        .wait_for_sync(Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert!(up.elapsed() < Duration::from_secs(3), "{:?}", up.elapsed());
+    assert_eq!(informer.store().snapshot().len(), 5);
+    assert_eq!(informer.stats().failures, 1);
 }
 
 #[actix::test]

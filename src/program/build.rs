@@ -35,7 +35,6 @@ pub fn start_informer(
 ) -> Result<Informer<DynamicObject>, kinformer::InformerError> {
     let api = resource.api(client, selection.namespace.as_deref());
     let mut builder = Informer::builder(api)
-        .page_size(selection.page_size.unwrap_or(engine.page_size))
         .streaming_lists(selection.streaming_lists.unwrap_or(engine.streaming_lists))
         .backoff(Backoff::new(
             engine.backoff.initial,
@@ -54,6 +53,13 @@ pub fn start_informer(
         .index("namespace", |o: &DynamicObject| {
             Ok(o.metadata.namespace.clone().into_iter().collect())
         });
+    // An explicit page size applies to relists at a resourceVersion too
+    // the engine's default one keeps the library's default rule.
+    let default_size = kinformer::actors::reflector::DEFAULT_PAGE_SIZE;
+    let engine_size = (engine.page_size != default_size).then_some(engine.page_size);
+    if let Some(size) = selection.page_size.or(engine_size) {
+        builder = builder.page_size(size);
+    }
     if let Some(l) = &selection.label_selector {
         builder = builder.label_selector(l.clone());
     }

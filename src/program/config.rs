@@ -164,7 +164,9 @@ impl Default for EngineSettings {
     fn default() -> Self {
         let reflector = kinformer::actors::reflector::ReflectorOptions::default();
         EngineSettings {
-            page_size: reflector.page_size,
+            page_size: reflector
+                .page_size
+                .unwrap_or(kinformer::actors::reflector::DEFAULT_PAGE_SIZE),
             streaming_lists: reflector.streaming_lists,
             default_resync: Duration::ZERO,
             queue_capacity: kinformer::SubscribeOptions::DEFAULT_CAPACITY,

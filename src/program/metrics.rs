@@ -304,7 +304,7 @@ fn describe() {
     );
     describe_counter!(
         "kinformer_watch_ends_total",
-        "Watches that ended or failed to open, by reason (closed, expired, throttled, refused, malformed, other)."
+        "Watches that ended or failed to open, by reason (closed, expired, throttled, refused, transport, malformed, other)."
     );
     describe_counter!(
         "kinformer_backoff_milliseconds_total",

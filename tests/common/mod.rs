@@ -380,6 +380,20 @@ impl Handler<Event<ConfigMap>> for SyncRecorder {
     }
 }
 
+/// Subscribes a [`Recorder`] to `informer` and waits for its sync; returns the log.
+pub async fn subscribed(informer: &Informer<ConfigMap>) -> Arc<Mutex<Log>> {
+    let (a, log) = Recorder::start();
+    informer
+        .subscribe(a.recipient(), kinformer::SubscribeOptions::default())
+        .await
+        .expect("subscribe");
+    informer
+        .wait_for_sync(Duration::from_secs(60))
+        .await
+        .expect("sync");
+    log
+}
+
 /// Waits until `f` holds, polling, or panics after `deadline` naming `what`.
 pub async fn eventually(deadline: Duration, what: &str, mut f: impl FnMut() -> bool) {
     let end = tokio::time::Instant::now() + deadline;

@@ -7,8 +7,9 @@
 //! Rules implemented:
 //! - R-9 relist resourceVersion: `""` after an expired/too-large list, `"0"`
 //!   before the first sync, otherwise the last synced RV ("not older than").
-//! - page size: configured size for `""`/`"0"`; unpaginated for a
-//!   specific RV unless an earlier list at `"0"` came back paginated.
+//! - page size: an explicitly configured size for every list; by
+//!   default 500 for `""`/`"0"`, and unpaginated for a specific RV unless an
+//!   earlier list at `"0"` came back paginated.
 //! - R-12 a list failing with 410 or "too large resource version" retries at
 //!   once with `""`; other list errors back off and relist.
 //! - R-13 a successful list records its RV and clears the unavailable flag.
@@ -16,6 +17,8 @@
 //! - on opening or during a watch: 429 and connection refused back
 //!   off and re-watch without a relist; a clean close re-watches at once; 410
 //!   and other errors back off and relist at the last RV (not `""`).
+//!   Transport failures re-watch too, and waits after a server that does
+//!   not answer are cut when it comes back ([`recovery`](super::recovery)).
 //! - R-17 a watch shorter than 1 s with no event is an error (relist).
 //! - R-18 the RV recorded is the last processed event's, bookmarks included.
 //! - R-24..R-28 streaming lists (`sendInitialEvents`), falling back to a
@@ -27,12 +30,18 @@
 //!   without a step reset it, so a server whose list works but whose
 //!   watch fails, even after an event or a bookmark, is not hammered.
 //! - A 410 when opening a watch relists (kube-runtime retries the stale RV forever).
+//! - Transport failures on a watch re-watch, and a server's return is noticed
+//!   by probes: see [`recovery`](super::recovery).
 //! - After a server refuses a streaming list (400/422/404/405/501 or a very
 //!   short watch), we stop asking it for streaming lists.
 
 use std::time::{Duration, Instant};
 
 use super::backoff::Backoff;
+use super::recovery::{Outage, ProbeVerdict};
+
+/// The page size of lists when none is configured.
+pub const DEFAULT_PAGE_SIZE: u32 = 500;
 
 /// A watch shorter than this with no event is an error.
 pub const VERY_SHORT_WATCH: Duration = Duration::from_secs(1);
@@ -57,12 +66,22 @@ pub enum Failure {
     },
     /// The connection was refused (server down or restarting).
     ConnectionRefused,
+    /// No answer: the connection was reset or closed before an answer, or
+    /// the request timed out (server restarting, network trouble).
+    Transport,
     /// The server does not support the request (e.g. streaming lists): 400, 404, 405, 422, 501.
     Unsupported,
     /// A line of the watch stream could not be decoded: the event is lost, so relist.
     Malformed,
-    /// Anything else (500s, network errors, timeouts).
+    /// Anything else (500s, errors building the request, authentication).
     Other,
+}
+
+impl Failure {
+    /// The server gave no answer: refused, or a transport failure.
+    pub fn unreachable(&self) -> bool {
+        matches!(self, Failure::ConnectionRefused | Failure::Transport)
+    }
 }
 
 /// What the shell should do next.
@@ -121,8 +140,10 @@ pub enum WatchEnd {
 /// Configuration of the rules that users may tune.
 #[derive(Debug, Clone)]
 pub struct ReflectorOptions {
-    /// Page size of a paginated list; 0 disables pagination.
-    pub page_size: u32,
+    /// Page size of lists: `None` for the default (500, and relists at
+    /// a resourceVersion unpaginated so that the watch cache serves them);
+    /// `Some(n)` for `n` on every list; `Some(0)` for no pagination.
+    pub page_size: Option<u32>,
     /// Try streaming lists before plain lists.
     pub streaming_lists: bool,
     /// The backoff used between failed attempts.
@@ -137,16 +158,20 @@ pub struct ReflectorOptions {
     /// frozen server would hang the informer silently. Default: 60 s;
     /// `ZERO` turns these deadlines off.
     pub read_timeout: Duration,
+    /// Probe a server that does not answer while a backoff waits, and end
+    /// the wait when it is back ([`recovery`](super::recovery)). Default: on.
+    pub probe: bool,
 }
 
 impl Default for ReflectorOptions {
     fn default() -> Self {
         ReflectorOptions {
-            page_size: 500,
+            page_size: None,
             streaming_lists: false,
             backoff: Backoff::default(),
             min_watch_timeout: MIN_WATCH_TIMEOUT,
             read_timeout: Duration::from_secs(60),
+            probe: true,
         }
     }
 }
@@ -154,7 +179,7 @@ impl Default for ReflectorOptions {
 /// The Reflector's memory across lists, watches and actor restarts.
 #[derive(Debug, Clone)]
 pub struct ReflectorState {
-    page_size: u32,
+    page_size: Option<u32>,
     streaming_lists: bool,
     backoff: Backoff,
     min_watch_timeout: Duration,
@@ -166,6 +191,9 @@ pub struct ReflectorState {
     listed_once: bool,
     relists: u64,
     watch_restarts: u64,
+    /// What is known of the server's absence, if it is away.
+    outage: Outage,
+    probe: bool,
 }
 
 impl ReflectorState {
@@ -184,6 +212,8 @@ impl ReflectorState {
             listed_once: false,
             relists: 0,
             watch_restarts: 0,
+            outage: Outage::default(),
+            probe: options.probe,
         }
     }
 
@@ -216,11 +246,12 @@ impl ReflectorState {
         } else {
             ListVersion::NotOlderThan(self.last_sync_rv.clone())
         };
-        let page_size = match version {
-            _ if self.page_size == 0 => None,
+        let page_size = match (self.page_size, &version) {
+            (Some(0), _) => None,
+            (Some(size), _) => Some(size),
             // A specific RV is served from the watch cache only unpaginated (k8s#86430).
-            ListVersion::NotOlderThan(_) if !self.paginated_result => None,
-            _ => Some(self.page_size),
+            (None, ListVersion::NotOlderThan(_)) if !self.paginated_result => None,
+            (None, _) => Some(DEFAULT_PAGE_SIZE),
         };
         // A streaming list starts at "" or at the last RV; it needs no pages.
         let streaming = self.streaming_lists;
@@ -242,6 +273,7 @@ impl ReflectorState {
         self.listed_once = true;
         self.rv_unavailable = false;
         self.last_sync_rv = resource_version.to_owned();
+        self.outage.healthy();
     }
 
     /// A list failed. `jitter` is uniform in `[0, 1)`.
@@ -252,6 +284,7 @@ impl ReflectorState {
         now: Instant,
         jitter: f64,
     ) -> Next {
+        self.outage.failed(failure, now);
         match failure {
             // Retry at once with ""; if "" itself failed, back off.
             Failure::Expired | Failure::TooLargeResourceVersion if !self.rv_unavailable => {
@@ -293,10 +326,25 @@ impl ReflectorState {
 
     /// Opening a watch failed.
     pub fn watch_open_failed(&mut self, failure: &Failure, now: Instant, jitter: f64) -> Next {
+        self.watch_failed(failure, now, jitter)
+    }
+
+    /// A watch failed to open or in its stream (R-16, R-19, [`recovery`](super::recovery)).
+    fn watch_failed(&mut self, failure: &Failure, now: Instant, jitter: f64) -> Next {
+        let back = self.outage.failed(failure, now);
         match failure {
-            Failure::TooManyRequests { .. } | Failure::ConnectionRefused => {
-                Next::WatchAfter(self.delay(failure, now, jitter))
+            Failure::TooManyRequests { .. } => Next::WatchAfter(self.delay(failure, now, jitter)),
+            f if f.unreachable() => {
+                let d = self.delay(failure, now, jitter);
+                if self.outage.rewatch() {
+                    Next::WatchAfter(d)
+                } else {
+                    tracing::info!("the watch keeps failing without an answer; relisting");
+                    Next::ListAfter(d)
+                }
             }
+            // The server's first answer after it was away (recovery).
+            Failure::Expired if back => Next::List,
             _ => Next::ListAfter(self.delay(failure, now, jitter)),
         }
     }
@@ -304,6 +352,7 @@ impl ReflectorState {
     /// A watch event with this resourceVersion was processed. Bookmarks count.
     pub fn event_processed(&mut self, resource_version: &str) {
         self.watch_events += 1;
+        self.outage.healthy();
         if !resource_version.is_empty() {
             self.last_sync_rv.clear();
             self.last_sync_rv.push_str(resource_version);
@@ -315,6 +364,9 @@ impl ReflectorState {
         let lasted = self
             .watch_started
             .map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
+        if *end == WatchEnd::Closed {
+            self.outage.answered();
+        }
         match end {
             WatchEnd::Closed if lasted < VERY_SHORT_WATCH && self.watch_events == 0 => {
                 tracing::warn!(
@@ -324,11 +376,27 @@ impl ReflectorState {
                 Next::ListAfter(self.delay(&Failure::Other, now, jitter))
             }
             WatchEnd::Closed => Next::Watch,
-            WatchEnd::Failed(
-                failure @ (Failure::TooManyRequests { .. } | Failure::ConnectionRefused),
-            ) => Next::WatchAfter(self.delay(failure, now, jitter)),
-            WatchEnd::Failed(failure) => Next::ListAfter(self.delay(failure, now, jitter)),
+            WatchEnd::Failed(failure) => self.watch_failed(failure, now, jitter),
         }
+    }
+
+    /// How long until the next probe of a server that does not answer, during
+    /// a wait of which `remaining` is left, or `None` when it is not to be
+    /// probed. `jitter` is uniform in `[0, 1)`.
+    pub fn probe_interval(
+        &self,
+        now: Instant,
+        remaining: Duration,
+        jitter: f64,
+    ) -> Option<Duration> {
+        self.outage
+            .probe_interval(now, remaining, jitter)
+            .filter(|_| self.probe)
+    }
+
+    /// A probe ended with `result`.
+    pub fn probed(&mut self, result: &Result<(), Failure>) -> ProbeVerdict {
+        self.outage.probed(result)
     }
 
     fn delay(&mut self, failure: &Failure, now: Instant, jitter: f64) -> Duration {
@@ -379,6 +447,34 @@ mod tests {
         let mut s = state();
         s.list_succeeded("10", true);
         assert_eq!(s.list_request().page_size, Some(500));
+    }
+
+    #[test]
+    fn r_10_an_explicit_page_size_applies_to_every_list() {
+        let t = Instant::now();
+        let mut s = ReflectorState::new(ReflectorOptions {
+            page_size: Some(4),
+            ..Default::default()
+        });
+        assert_eq!(s.list_request().page_size, Some(4));
+        s.list_succeeded("10", false);
+        assert_eq!(
+            s.list_request(),
+            ListRequest {
+                version: ListVersion::NotOlderThan("10".into()),
+                page_size: Some(4),
+                streaming: false
+            }
+        );
+        assert_eq!(s.list_failed(&Failure::Expired, false, t, 0.0), Next::List);
+        assert_eq!(s.list_request().page_size, Some(4));
+        let mut unpaginated = ReflectorState::new(ReflectorOptions {
+            page_size: Some(0),
+            ..Default::default()
+        });
+        assert_eq!(unpaginated.list_request().page_size, None);
+        unpaginated.list_succeeded("10", true);
+        assert_eq!(unpaginated.list_request().page_size, None);
     }
 
     #[test]

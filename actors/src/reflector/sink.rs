@@ -1,0 +1,42 @@
+//! Where the Reflector loop puts what it lists and watches: the DeltaFIFO
+//! in an informer, a recorder in tests.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use actix::Addr;
+
+use crate::delta_fifo::{DeltaFifo, Enqueue, FifoClosed, Replace, WatchDelta};
+
+/// The receiving end of the Reflector loop. Each call completes once the
+/// sink has room (the DeltaFIFO answers only then): while it waits, the loop
+/// reads nothing more from the server, and TCP pushes back on it.
+pub trait Sink<K> {
+    /// A list's result: every object, and the list's resourceVersion.
+    fn replace(
+        &self,
+        objects: Vec<Arc<K>>,
+        resource_version: String,
+    ) -> impl Future<Output = Result<(), FifoClosed>>;
+
+    /// A batch of watch events, in order.
+    fn enqueue(&self, events: Vec<WatchDelta<K>>) -> impl Future<Output = Result<(), FifoClosed>>;
+}
+
+impl<K: crate::Object> Sink<K> for Addr<DeltaFifo<K>> {
+    async fn replace(
+        &self,
+        objects: Vec<Arc<K>>,
+        resource_version: String,
+    ) -> Result<(), FifoClosed> {
+        let replace = Replace {
+            objects,
+            resource_version,
+        };
+        self.send(replace).await.unwrap_or(Err(FifoClosed))
+    }
+
+    async fn enqueue(&self, events: Vec<WatchDelta<K>>) -> Result<(), FifoClosed> {
+        self.send(Enqueue(events)).await.unwrap_or(Err(FifoClosed))
+    }
+}
