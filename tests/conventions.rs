@@ -1033,7 +1033,6 @@ fn non_test_lines(src: &str) -> usize {
 }
 
 #[test]
-#[ignore = "enabled once issue 20's restructuring merges"]
 fn every_actor_shell_is_thin() {
     let mut problems = Vec::new();
     let Ok(entries) = fs::read_dir(workspace().join("actors/src")) else {

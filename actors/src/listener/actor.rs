@@ -17,18 +17,16 @@ use futures::channel::oneshot;
 use tokio::sync::watch;
 
 use super::credit::DeliveryCredit;
-use super::delivery::{Answers, Delivery, Due, Sent, When};
+use super::delivery::{Delivery, Due, Sent, When};
 use super::messages::{
     CacheSynced, Deliver, DeliverResync, ListenerGone, RESYNC_HOLD_MAX, Replay, StopListener,
 };
 use super::options::{ListenerOptions, Target};
+use super::reply::{Reply, answer, held};
 use super::sink::{Calls, Sink};
 use super::stats::{ListenerStats, SyncedChannel};
 use crate::answer::Answer;
 use crate::subscriber::SubscriberId;
-
-/// A held answer to the Indexer.
-type Reply = oneshot::Sender<Result<(), ListenerGone>>;
 
 /// The listener actor of one subscriber.
 pub struct Listener<K: Send + Sync + 'static> {
@@ -53,21 +51,6 @@ pub struct Listener<K: Send + Sync + 'static> {
 /// The clock the held resync answer is timed on (paused in tests).
 fn now() -> std::time::Instant {
     tokio::time::Instant::now().into_std()
-}
-
-/// Sends held answers.
-#[inline]
-fn answer(answers: Answers<Reply>) {
-    answers.send(|reply, outcome| {
-        let _ = reply.send(outcome);
-    });
-}
-
-/// An answer that comes once the delivery releases what `hold` hands it.
-fn held(hold: impl FnOnce(Reply)) -> Answer<Result<(), ListenerGone>> {
-    let (tx, rx) = oneshot::channel();
-    hold(tx);
-    Answer::Later(rx)
 }
 
 impl<K: Send + Sync + 'static> Listener<K> {

@@ -23,6 +23,7 @@ pub mod messages;
 pub mod options;
 pub mod pending;
 pub mod queue;
+mod reply;
 mod sink;
 pub mod stats;
 pub mod sync;

@@ -20,11 +20,12 @@ use tokio::sync::watch;
 use tracing::Instrument;
 
 use super::client::KubeSource;
+use super::failure::Failure;
 use super::list_and_watch::{Exit, ListAndWatch};
 use super::messages::StopReflector;
 use super::sharing::Transform;
 use super::source::ListerWatcher;
-use super::state::{Failure, Next, ReflectorOptions, ReflectorState};
+use super::state::{Next, ReflectorOptions, ReflectorState};
 use super::stats::ReflectorStats;
 use crate::delta_fifo::DeltaFifo;
 use crate::indexer::CacheReader;

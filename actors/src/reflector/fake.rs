@@ -14,10 +14,11 @@ use tokio::time::Instant;
 
 use super::decode::Page;
 use super::event::SourceEvent;
+use super::failure::Failure;
 use super::list_and_watch::{Exit, ListAndWatch};
 use super::sink::Sink;
 use super::source::{ListerWatcher, PageRequest, WatchStream};
-use super::state::{Failure, ReflectorOptions, ReflectorState, WatchRequest};
+use super::state::{ReflectorOptions, ReflectorState, WatchRequest};
 use super::stats::ReflectorStats;
 use crate::delta_fifo::{FifoClosed, WatchDelta};
 

@@ -20,12 +20,13 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::event::SourceEvent;
+use super::failure::Failure;
 use super::pager::list_all;
 use super::recovery::ProbeVerdict;
 use super::sharing::{Sharing, Transform};
 use super::sink::Sink;
 use super::source::{ListerWatcher, WatchStream};
-use super::state::{Failure, Next, ReflectorState, WatchEnd};
+use super::state::{Next, ReflectorState, WatchEnd};
 use super::stats::{ReflectorStats, WatchEndReason};
 use super::streaming_list::{Initial, initial_events};
 use crate::delta_fifo::WatchDelta;

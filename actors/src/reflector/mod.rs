@@ -10,7 +10,8 @@
 //! - [`client`]: the list and watch requests through kube-client
 //!   ([`KubeSource`]) and the classification of their failures.
 //! - [`decode`]: list pages and watch lines decoded from their bytes.
-//! - [`event`]: what a watch yields ([`SourceEvent`]).
+//! - [`event`]: what a watch yields ([`SourceEvent`]); [`failure`]: how a
+//!   request failed ([`Failure`]).
 //! - [`actor`]: the supervised actor that runs the loop ([`Reflector`]).
 //! - [`messages`]: what the actor takes ([`StopReflector`]).
 //! - [`stats`], [`last_failure`]: what it reports while it runs.
@@ -20,6 +21,7 @@ pub mod backoff;
 pub mod client;
 pub mod decode;
 pub mod event;
+pub mod failure;
 #[cfg(test)]
 mod fake;
 pub mod last_failure;
@@ -38,6 +40,7 @@ pub use actor::{Reflector, ResourceVersionWatch};
 pub use backoff::Backoff;
 pub use client::{KubeSource, ListWatch, MAX_WATCH_LINE, PROBE_TIMEOUT, classify};
 pub use event::{INITIAL_EVENTS_END, SourceEvent};
+pub use failure::Failure;
 pub use last_failure::{LastFailure, RequestFailure};
 pub use list_and_watch::{CUT_SHORT_RETRIES, Exit, ListAndWatch};
 pub use messages::StopReflector;
@@ -49,8 +52,7 @@ pub use sharing::{Sharing, Transform};
 pub use sink::Sink;
 pub use source::{ListerWatcher, PageRequest, WatchStream};
 pub use state::{
-    DEFAULT_PAGE_SIZE, Failure, ListRequest, ListVersion, MIN_WATCH_TIMEOUT,
-    MIN_WATCH_TIMEOUT_FLOOR, Next, ReflectorOptions, ReflectorState, VERY_SHORT_WATCH, WatchEnd,
-    WatchRequest,
+    DEFAULT_PAGE_SIZE, ListRequest, ListVersion, MIN_WATCH_TIMEOUT, MIN_WATCH_TIMEOUT_FLOOR, Next,
+    ReflectorOptions, ReflectorState, VERY_SHORT_WATCH, WatchEnd, WatchRequest,
 };
 pub use stats::{ReflectorStats, WatchEndReason};

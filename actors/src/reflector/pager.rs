@@ -2,8 +2,9 @@
 //! continuation pages until the last, and one unpaginated list when a
 //! continue token expires.
 
+use super::failure::Failure;
 use super::source::{ListerWatcher, PageRequest};
-use super::state::{Failure, ListRequest};
+use super::state::ListRequest;
 
 /// A list's result.
 #[derive(Debug)]

@@ -30,7 +30,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::state::Failure;
+use super::failure::Failure;
 
 /// Watch failures without an answer in a row after which a relist is made
 /// instead of a re-watch. With the default backoff the eighth comes after

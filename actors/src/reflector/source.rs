@@ -10,7 +10,8 @@ use futures::stream::BoxStream;
 
 use super::decode::Page;
 use super::event::SourceEvent;
-use super::state::{Failure, ListVersion, WatchRequest};
+use super::failure::Failure;
+use super::state::{ListVersion, WatchRequest};
 
 /// One list page to fetch.
 #[derive(Debug, Clone, PartialEq, Eq)]

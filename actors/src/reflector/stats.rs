@@ -3,8 +3,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::failure::Failure;
 use super::last_failure::LastFailure;
-use super::state::{Failure, WatchEnd};
+use super::state::WatchEnd;
 
 /// Live counters of the Reflector, readable from any thread.
 #[derive(Debug, Default)]

@@ -10,9 +10,10 @@ use kube::Resource;
 use tokio::time::Instant;
 
 use super::event::SourceEvent;
+use super::failure::Failure;
 use super::sharing::Sharing;
 use super::source::{ListerWatcher, WatchStream};
-use super::state::{Failure, VERY_SHORT_WATCH, WatchRequest};
+use super::state::{VERY_SHORT_WATCH, WatchRequest};
 use super::stats::ReflectorStats;
 use crate::key::ObjectKey;
 

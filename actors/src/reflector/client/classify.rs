@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::reflector::state::Failure;
+use crate::reflector::failure::Failure;
 
 /// A read error that ends a watch like a clean close, re-watched at once
 /// from the last resourceVersion: a read timeout, an EOF inside a chunk, or

@@ -27,9 +27,10 @@ pub use classify::classify;
 pub use watch_body::MAX_WATCH_LINE;
 
 use super::decode::{self, DecodeOptions, Page, PageDecoder, PageError};
+use super::failure::Failure;
 use super::last_failure::LastFailure;
 use super::source::{ListerWatcher, PageRequest, WatchStream};
-use super::state::{Failure, WatchRequest};
+use super::state::WatchRequest;
 use request::{list_request, page_params};
 use watch_body::watch_stream;
 

@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 use super::classify::{classify, classify_status, ends_watch_cleanly};
 use crate::reflector::decode::{self, DecodeOptions, LineDecoder};
 use crate::reflector::event::SourceEvent;
-use crate::reflector::state::Failure;
+use crate::reflector::failure::Failure;
 
 /// The state of a watch body being read line by line.
 struct WatchBody {

@@ -7,7 +7,7 @@ use std::marker::PhantomData;
 
 use serde::de::{DeserializeOwned, Deserializer};
 
-use super::DecodeOptions;
+use super::options::DecodeOptions;
 use super::tape::TapeParser;
 use super::watch_line::{EnvelopeVisitor, WatchLine, decode_watch_line};
 

@@ -4,15 +4,15 @@ use std::marker::PhantomData;
 
 use serde::de::{DeserializeOwned, DeserializeSeed, Deserializer};
 
-use super::DecodeOptions;
 use super::managed_fields::WithoutManagedFields;
+use super::options::DecodeOptions;
 
 /// Decodes one object.
 pub fn decode_object<K: DeserializeOwned>(
     json: &[u8],
     options: DecodeOptions,
 ) -> Result<K, serde_json::Error> {
-    let mut de = serde_json::Deserializer::from_str(super::utf8(json)?);
+    let mut de = serde_json::Deserializer::from_str(super::utf8::utf8(json)?);
     let value = ObjectSeed::<K>::new(options).deserialize(&mut de)?;
     de.end()?;
     Ok(value)

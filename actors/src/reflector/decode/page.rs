@@ -9,9 +9,9 @@ use serde::de::{
     Visitor,
 };
 
-use super::DecodeOptions;
 use super::key::Key;
 use super::object::ObjectSeed;
+use super::options::DecodeOptions;
 
 /// One decoded list page.
 #[derive(Debug)]
@@ -31,7 +31,7 @@ pub fn decode_page<K: DeserializeOwned>(
     json: &[u8],
     options: DecodeOptions,
 ) -> Result<Page<K>, serde_json::Error> {
-    let mut de = serde_json::Deserializer::from_str(super::utf8(json)?);
+    let mut de = serde_json::Deserializer::from_str(super::utf8::utf8(json)?);
     let page = de.deserialize_map(PageVisitor::<K> {
         options,
         _k: PhantomData,

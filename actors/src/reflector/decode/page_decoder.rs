@@ -5,7 +5,7 @@ use std::marker::PhantomData;
 
 use serde::de::{self, DeserializeOwned, Deserializer};
 
-use super::DecodeOptions;
+use super::options::DecodeOptions;
 use super::page::{Page, PageVisitor, decode_page};
 use super::tape::TapeParser;
 

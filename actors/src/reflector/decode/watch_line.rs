@@ -13,9 +13,9 @@ use serde::de::{
     self, DeserializeOwned, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor,
 };
 
-use super::DecodeOptions;
 use super::key::Key;
 use super::object::ObjectSeed;
+use super::options::DecodeOptions;
 use crate::reflector::event::{INITIAL_EVENTS_END, SourceEvent};
 
 /// One decoded watch line.
@@ -32,7 +32,7 @@ pub fn decode_watch_line<K: DeserializeOwned>(
     line: &[u8],
     options: DecodeOptions,
 ) -> Result<WatchLine<K>, serde_json::Error> {
-    let mut de = serde_json::Deserializer::from_str(super::utf8(line)?);
+    let mut de = serde_json::Deserializer::from_str(super::utf8::utf8(line)?);
     let event = de.deserialize_map(EnvelopeVisitor::<K> {
         options,
         _k: PhantomData,
@@ -194,7 +194,7 @@ mod tests {
     use super::*;
     use crate::reflector::client::classify::classify_status;
     use crate::reflector::decode::testdata::POD;
-    use crate::reflector::state::Failure;
+    use crate::reflector::failure::Failure;
 
     #[test]
     fn watch_lines_decode_with_type_first_or_last() {
