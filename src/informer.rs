@@ -236,6 +236,10 @@ where
         .start();
         let resync = ResyncTimer::new(indexer.clone().recipient()).start();
         let (rv_tx, rv) = watch::channel(String::new());
+        stats
+            .reflector
+            .last_failure
+            .set_target(self.api.resource_url().to_string());
         let source = KubeSource::new(ListWatch {
             api: self.api,
             label_selector: self.label_selector,

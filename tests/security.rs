@@ -137,7 +137,6 @@ async fn a_wrong_ca_fails_without_a_retry_storm() {
 }
 
 #[actix::test]
-#[ignore = "the failure reads `list failed: ServiceError: client error (Connect)`: LastFailure::record keeps kube::Error's Display, which drops the source chain (rustls' `invalid peer certificate: UnknownIssuer`)"]
 async fn a_wrong_ca_failure_says_it_is_the_certificate() {
     let server = secure_server();
     let (informer, error, _) = wrong_ca_informer(&server).await;
@@ -273,7 +272,6 @@ async fn unauthorized_is_reported_with_its_status_and_backs_off() {
 }
 
 #[actix::test]
-#[ignore = "the 401 failure reads `list failed: 401 Unauthorized: Unauthorized`: the server's Status names no resource (as a real apiserver's), and RequestFailure adds neither the resource nor the namespace"]
 async fn unauthorized_names_the_resource_and_namespace() {
     let server = secure_server();
     let kubeconfig = server.kubeconfig_with("admin", Credentials::Token("a-wrong-token".into()));
