@@ -62,7 +62,10 @@ pub use kinformer_actors::Object;
 pub use kinformer_actors::delta_fifo::{FifoOptions, FifoOrdering};
 pub use kinformer_actors::indexer::{CacheError, CacheView, IndexError, IndexFn, Snapshot};
 pub use kinformer_actors::listener::OverflowPolicy;
-pub use kinformer_actors::reflector::{Backoff, RequestFailure, WatchEndReason};
+pub use kinformer_actors::reflector::{
+    Backoff, DEFAULT_PAGE_SIZE, MIN_WATCH_TIMEOUT_FLOOR, ReflectorOptions, RequestFailure,
+    WatchEndReason,
+};
 pub use kinformer_actors::resync::MINIMUM_RESYNC_PERIOD;
 pub use kinformer_actors::{
     Cause, DeletedObject, Event, EventBatch, KeyError, ObjectKey, SubscriberId, Tombstone,

@@ -519,7 +519,7 @@ async fn relists_against_a_stalled_block_subscriber_do_not_pile_up() {
     let server = server(100_000);
     server.seed_configmaps("default", 300).unwrap();
     let informer = informer(&server)
-        .backoff(kinformer::actors::reflector::Backoff::new(
+        .backoff(kinformer::Backoff::new(
             Duration::from_millis(5),
             Duration::from_millis(10),
             Duration::from_secs(120),
@@ -626,7 +626,7 @@ async fn too_many_requests_on_watch_backs_off_without_relist() {
     let server = server(10_000);
     server.seed_configmaps("default", 10).unwrap();
     let informer = informer(&server)
-        .backoff(kinformer::actors::reflector::Backoff::new(
+        .backoff(kinformer::Backoff::new(
             Duration::from_millis(50),
             Duration::from_millis(400),
             Duration::from_secs(120),

@@ -1,8 +1,8 @@
 //! Turning checked settings into running informers and subscribers.
 
 use actix::prelude::*;
-use kinformer::actors::delta_fifo::FifoOptions;
-use kinformer::actors::reflector::Backoff;
+use kinformer::Backoff;
+use kinformer::FifoOptions;
 use kinformer::{Event, Informer, SubscribeOptions};
 use kube::core::DynamicObject;
 use std::sync::Arc;
@@ -55,7 +55,7 @@ pub fn start_informer(
         });
     // An explicit page size applies to relists at a resourceVersion too
     // the engine's default one keeps the library's default rule.
-    let default_size = kinformer::actors::reflector::DEFAULT_PAGE_SIZE;
+    let default_size = kinformer::DEFAULT_PAGE_SIZE;
     let engine_size = (engine.page_size != default_size).then_some(engine.page_size);
     if let Some(size) = selection.page_size.or(engine_size) {
         builder = builder.page_size(size);

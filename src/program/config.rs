@@ -162,11 +162,9 @@ pub struct EngineSettings {
 impl Default for EngineSettings {
     /// The library's defaults (except `drop_managed_fields`, the program's own choice).
     fn default() -> Self {
-        let reflector = kinformer::actors::reflector::ReflectorOptions::default();
+        let reflector = kinformer::ReflectorOptions::default();
         EngineSettings {
-            page_size: reflector
-                .page_size
-                .unwrap_or(kinformer::actors::reflector::DEFAULT_PAGE_SIZE),
+            page_size: reflector.page_size.unwrap_or(kinformer::DEFAULT_PAGE_SIZE),
             streaming_lists: reflector.streaming_lists,
             default_resync: Duration::ZERO,
             queue_capacity: kinformer::SubscribeOptions::DEFAULT_CAPACITY,
@@ -220,7 +218,7 @@ pub struct FifoSettings {
 
 impl Default for FifoSettings {
     fn default() -> Self {
-        let d = kinformer::actors::delta_fifo::FifoOptions::default();
+        let d = kinformer::FifoOptions::default();
         FifoSettings {
             batch_size: d.batch_size,
             initial_batch_size: d.initial_batch_size,
@@ -620,7 +618,7 @@ fn unknown_field(message: &str) -> Option<String> {
 fn validate(l: &Loaded) -> Result<(), ConfigError> {
     let s = &l.settings;
     let e = &s.engine;
-    let floor = kinformer::actors::reflector::MIN_WATCH_TIMEOUT_FLOOR;
+    let floor = kinformer::MIN_WATCH_TIMEOUT_FLOOR;
     if e.min_watch_timeout < floor {
         return Err(l.error(
             "engine.min_watch_timeout",
@@ -818,7 +816,7 @@ fn check_resync(l: &Loaded, key: &str, period: Duration) -> Result<(), ConfigErr
 /// What is wrong with a resync period, if anything: under the library's 1 s
 /// minimum, which it would quietly raise (0 means never).
 pub fn resync_problem(period: Duration) -> Option<String> {
-    let minimum = kinformer::actors::resync::MINIMUM_RESYNC_PERIOD;
+    let minimum = kinformer::MINIMUM_RESYNC_PERIOD;
     (!period.is_zero() && period < minimum).then(|| {
         format!(
             "{} is below the {} minimum (use 0s for never)",
