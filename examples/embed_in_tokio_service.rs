@@ -4,6 +4,8 @@
 //! `tokio::task::LocalSet` (or on a dedicated `actix::System` thread).
 //! Directly inside `#[tokio::main]`, without one, `start()` answers
 //! `InformerError::NoActorRuntime` (and starting your own actors there panics).
+//! Without actors of your own, `start_on_own_thread()` needs no `LocalSet`:
+//! see `examples/tokio_stream.rs`.
 //!
 //! Run: `cargo run --example embed_in_tokio_service` (embedded API server).
 

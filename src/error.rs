@@ -30,9 +30,16 @@ pub enum InformerError {
     #[error("the subscriber has stopped")]
     SubscriberGone,
     /// [`InformerBuilder::start`](crate::InformerBuilder::start) or a `subscribe*` call made outside an
-    /// actix System or a tokio `LocalSet` (e.g. from a `tokio::spawn`ed task).
+    /// actix System or a tokio `LocalSet` (e.g. from a `tokio::spawn`ed task),
+    /// for an informer that does not run on its own thread
+    /// ([`InformerBuilder::start_on_own_thread`](crate::InformerBuilder::start_on_own_thread));
+    /// or [`Informer::subscribe_fn`](crate::Informer::subscribe_fn) outside a tokio runtime.
     #[error(
-        "informers and subscriptions must be started inside an actix System or a tokio LocalSet"
+        "informers and subscriptions must be started inside an actix System or a tokio LocalSet (or use InformerBuilder::start_on_own_thread)"
     )]
     NoActorRuntime,
+    /// [`InformerBuilder::start_on_own_thread`](crate::InformerBuilder::start_on_own_thread)
+    /// could not start its thread.
+    #[error("could not start the informer's thread")]
+    Thread(#[source] std::io::Error),
 }

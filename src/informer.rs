@@ -1,6 +1,7 @@
 //! Building, running and stopping an informer.
 
 use std::fmt::{self, Debug};
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -23,8 +24,12 @@ use kinformer_actors::{Event, EventBatch};
 use kube::Api;
 use tokio::sync::watch;
 
+use crate::callback::call_each;
 use crate::error::InformerError;
+use crate::own_thread::run_at_home;
+use crate::relay::{Handoffs, Relay};
 use crate::store::Store;
+use crate::stream::EventStream;
 use crate::subscription::{InformerLink, SubscribeOptions, Subscription, SubscriptionParts};
 use crate::wait::wait_synced;
 
@@ -201,10 +206,41 @@ where
     /// Starts the actors. Must run inside an actix `System` or a tokio
     /// `LocalSet`; elsewhere (e.g. directly in `#[tokio::main]`) it answers
     /// [`InformerError::NoActorRuntime`] (after tokio prints the panic it
-    /// raised, which is how a `LocalSet` is detected). Built with
+    /// raised, which is how a `LocalSet` is detected): use
+    /// [`start_on_own_thread`](Self::start_on_own_thread) there. Built with
     /// `panic = "abort"`, only an actix `System` is accepted. The Reflector's
     /// recovery from a panic in its loop also needs unwinding.
     pub fn start(self) -> Result<Informer<K>, InformerError> {
+        self.start_at_home(None)
+    }
+
+    /// Starts the actors on a new thread the informer owns, running an actix
+    /// `System`: for `#[tokio::main]` services and any code without a
+    /// `LocalSet`. Callable from anywhere, including a multi-thread runtime;
+    /// it blocks until the actors are started (a thread start, not the sync).
+    ///
+    /// Every `subscribe*` and `stream*` call then starts its listener on that
+    /// thread, so they too work from any task. Actor subscribers may live in
+    /// any actix System; [`Informer::stream`] and [`Informer::subscribe_fn`]
+    /// need none. The thread ends once every handle ([`Informer`] clones,
+    /// [`Subscription`]s, [`EventStream`]s) is dropped; [`Informer::stop`]
+    /// alone stops listing and watching but keeps delivering what was queued.
+    ///
+    /// ```no_run
+    /// # async fn f(client: kube::Client) -> Result<(), kinformer::InformerError> {
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// let api = kube::Api::<ConfigMap>::all(client);
+    /// let informer = kinformer::Informer::builder(api).start_on_own_thread()?;
+    /// informer.wait_for_sync(std::time::Duration::from_secs(60)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn start_on_own_thread(self) -> Result<Informer<K>, InformerError> {
+        crate::own_thread::start(move |home| self.start_at_home(Some(home)))
+    }
+
+    /// Starts the actors here; `home` is the informer's own System when it
+    /// owns the thread (subscriptions are then set up there).
+    pub(crate) fn start_at_home(self, home: Option<System>) -> Result<Informer<K>, InformerError> {
         if !can_start_actors() {
             return Err(InformerError::NoActorRuntime);
         }
@@ -293,6 +329,7 @@ where
                 span,
                 default_resync: self.default_resync,
                 stats,
+                home,
             }),
         })
     }
@@ -432,6 +469,10 @@ struct Shared<K: Object> {
     span: tracing::Span,
     default_resync: Duration,
     stats: InformerStatsInner,
+    /// The actix System of the thread this informer owns
+    /// ([`InformerBuilder::start_on_own_thread`]), if it owns one; stopped
+    /// when the last handle is dropped.
+    home: Option<System>,
 }
 
 impl<K: Object> Shared<K> {
@@ -489,6 +530,9 @@ impl<K: Object> Drop for Shared<K> {
         }
         if let Some(arbiter) = &self.reflector_arbiter {
             arbiter.stop();
+        }
+        if let Some(home) = &self.home {
+            home.stop();
         }
     }
 }
@@ -560,7 +604,10 @@ where
     ///
     /// Every `subscribe*` call starts the subscription's listener actor on the
     /// calling thread, so it must be made inside an actix System or a tokio
-    /// `LocalSet` (elsewhere: [`InformerError::NoActorRuntime`]). The listener
+    /// `LocalSet` (elsewhere: [`InformerError::NoActorRuntime`]), unless the
+    /// informer runs on its own thread
+    /// ([`InformerBuilder::start_on_own_thread`]): the listener then starts
+    /// there, and any task may subscribe. The listener
     /// holds a strong address of the subscriber: the actor keeps receiving
     /// until it stops itself (`ctx.stop()`), panics, or is unsubscribed;
     /// dropping your own `Addr` is not enough.
@@ -569,7 +616,7 @@ where
         recipient: Recipient<Event<K>>,
         options: SubscribeOptions,
     ) -> Result<Subscription<K>, InformerError> {
-        self.subscribe_target(Target::Each(recipient), options)
+        self.subscribe_target(move || Target::Each(recipient), options)
             .await
     }
 
@@ -587,11 +634,10 @@ where
     where
         A: Actor<Context = Context<A>> + Handler<Event<K>, Result = ()>,
     {
-        let target = Target::Pipelined {
-            recipient: subscriber.clone().recipient(),
-            depth: options.pipeline,
-        };
-        self.subscribe_target(target, options).await
+        let recipient = subscriber.clone().recipient();
+        let depth = options.pipeline;
+        self.subscribe_target(move || Target::Pipelined { recipient, depth }, options)
+            .await
     }
 
     /// Subscribes an actor that handles [`EventBatch`]es of up to
@@ -606,13 +652,131 @@ where
         options: SubscribeOptions,
     ) -> Result<Subscription<K>, InformerError> {
         let max = options.batch_size;
-        self.subscribe_target(Target::Batches { recipient, max }, options)
+        self.subscribe_target(move || Target::Batches { recipient, max }, options)
             .await
     }
 
+    /// Subscribes a [`Stream`](futures::Stream) of events, with the same
+    /// guarantees as [`Informer::subscribe`]; see [`EventStream`] (an event
+    /// counts as handled once the stream yielded it; dropping the stream
+    /// unsubscribes). Made for tokio code: with an informer on its own
+    /// thread ([`InformerBuilder::start_on_own_thread`]) it needs no actix
+    /// runtime, and the stream is `Send`.
+    ///
+    /// ```no_run
+    /// # async fn f(informer: kinformer::Informer<k8s_openapi::api::core::v1::ConfigMap>)
+    /// # -> Result<(), kinformer::InformerError> {
+    /// use futures::StreamExt;
+    /// let mut events = informer.stream(kinformer::SubscribeOptions::default()).await?;
+    /// while let Some(event) = events.next().await {
+    ///     println!("{:?} {}", event.cause(), event.key());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn stream(&self, options: SubscribeOptions) -> Result<EventStream<K>, InformerError> {
+        let (subscription, handoffs) = self.subscribe_relayed(Target::Each, options).await?;
+        Ok(EventStream::new(subscription, handoffs))
+    }
+
+    /// Like [`Informer::stream`], yielding [`EventBatch`]es of up to
+    /// [`SubscribeOptions::batch_size`] events, as [`Informer::subscribe_batches`]
+    /// delivers them: for consumers of high event rates.
+    pub async fn stream_batches(
+        &self,
+        options: SubscribeOptions,
+    ) -> Result<EventStream<K, EventBatch<K>>, InformerError> {
+        let max = options.batch_size;
+        let (subscription, handoffs) = self
+            .subscribe_relayed(move |recipient| Target::Batches { recipient, max }, options)
+            .await?;
+        Ok(EventStream::new(subscription, handoffs))
+    }
+
+    /// Subscribes a closure, called with each event in order; the next call
+    /// comes once the future it returned finished, with the same guarantees
+    /// as [`Informer::subscribe`] (the subscription syncs once the futures of
+    /// the initial adds finished; `Block` waits for slow futures).
+    ///
+    /// The futures run in a task spawned on the caller's tokio runtime
+    /// (elsewhere: [`InformerError::NoActorRuntime`]). A panic in the closure
+    /// or its future ends the subscription, as a panicking subscriber actor
+    /// does: it is logged, [`Subscription::is_gone`] turns true, and the
+    /// informer counts it in [`InformerStats::subscribers_lost`]. The
+    /// subscription lasts until [`Subscription::unsubscribe`] (dropping the
+    /// handle does not end it) or until the informer's last handle is gone.
+    ///
+    /// ```no_run
+    /// # async fn f(informer: kinformer::Informer<k8s_openapi::api::core::v1::ConfigMap>)
+    /// # -> Result<(), kinformer::InformerError> {
+    /// let options = kinformer::SubscribeOptions::default();
+    /// let subscription = informer
+    ///     .subscribe_fn(options, |event| async move {
+    ///         println!("{:?} {}", event.cause(), event.key());
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn subscribe_fn<F, Fut>(
+        &self,
+        options: SubscribeOptions,
+        f: F,
+    ) -> Result<Subscription<K>, InformerError>
+    where
+        F: FnMut(Event<K>) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let runtime =
+            tokio::runtime::Handle::try_current().map_err(|_| InformerError::NoActorRuntime)?;
+        let (subscription, handoffs) = self.subscribe_relayed(Target::Each, options).await?;
+        runtime.spawn(call_each(handoffs, f, subscription.id()));
+        Ok(subscription)
+    }
+
+    /// Subscribes a [`Relay`] (started where the listener is) and answers the
+    /// consumer's end of it.
+    async fn subscribe_relayed<M>(
+        &self,
+        target: impl FnOnce(Recipient<M>) -> Target<K> + Send + 'static,
+        options: SubscribeOptions,
+    ) -> Result<(Subscription<K>, Handoffs<M>), InformerError>
+    where
+        M: Message<Result = ()> + Send + 'static,
+    {
+        let (relay, handoffs) = Relay::new();
+        let subscription = self
+            .subscribe_target(move || target(relay.start().recipient()), options)
+            .await?;
+        Ok((subscription, handoffs))
+    }
+
+    /// Sets up a subscription delivering to `target()`, made where the
+    /// listener starts: on the informer's own thread if it has one, else here.
     async fn subscribe_target(
         &self,
-        target: Target<K>,
+        target: impl FnOnce() -> Target<K> + Send + 'static,
+        options: SubscribeOptions,
+    ) -> Result<Subscription<K>, InformerError> {
+        let Some(home) = &self.inner.home else {
+            return self.subscribe_here(target, options).await;
+        };
+        let informer = self.clone();
+        let result = run_at_home(
+            home,
+            move || async move { informer.subscribe_here(target, options).await },
+            // The caller stopped waiting: undo, as `Undo` does here.
+            |result| {
+                if let Ok(subscription) = result {
+                    subscription.unsubscribe_now();
+                }
+            },
+        )
+        .await;
+        result?
+    }
+
+    async fn subscribe_here(
+        &self,
+        target: impl FnOnce() -> Target<K>,
         options: SubscribeOptions,
     ) -> Result<Subscription<K>, InformerError> {
         if self.is_stopped() {
@@ -623,6 +787,7 @@ where
         if !can_start_actors() {
             return Err(InformerError::NoActorRuntime);
         }
+        let target = target();
         let id = SubscriberId(self.inner.next_id.fetch_add(1, Ordering::Relaxed));
         let (synced_tx, synced) = watch::channel(false);
         let stats = Arc::new(ListenerStats::default());

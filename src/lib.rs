@@ -39,15 +39,42 @@
 //! Actors must be started inside an actix system (`#[actix::main]`,
 //! `actix::System`) or, in a `#[tokio::main]` service, inside a
 //! `tokio::task::LocalSet`; see `examples/`.
+//!
+//! Without actors: [`InformerBuilder::start_on_own_thread`] runs the
+//! informer's actors on a thread it owns, and [`Informer::stream`] (an
+//! [`EventStream`], `Send`) or [`Informer::subscribe_fn`] (a closure)
+//! receive the events, with the same guarantees, from any tokio task:
+//!
+//! ```no_run
+//! use futures::StreamExt;
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//! use kinformer::{Informer, SubscribeOptions};
+//!
+//! #[tokio::main]
+//! async fn main() -> anyhow::Result<()> {
+//!     let api = kube::Api::<ConfigMap>::all(kube::Client::try_default().await?);
+//!     let informer = Informer::builder(api).start_on_own_thread()?;
+//!     let mut events = informer.stream(SubscribeOptions::default()).await?;
+//!     while let Some(event) = events.next().await {
+//!         println!("{:?} {}", event.cause(), event.key());
+//!     }
+//!     Ok(())
+//! }
+//! ```
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod callback;
 pub mod controller;
 mod error;
 mod factory;
 mod informer;
 pub mod leader;
+mod own_thread;
+mod panic;
+mod relay;
 mod store;
+mod stream;
 mod subscription;
 mod wait;
 
@@ -75,4 +102,5 @@ pub use leader::{
     StopOutcome,
 };
 pub use store::Store;
+pub use stream::EventStream;
 pub use subscription::{SubscribeOptions, Subscription, SubscriptionStats};

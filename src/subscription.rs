@@ -1,6 +1,7 @@
 //! Subscribing an actor to an informer.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use actix::prelude::*;
@@ -106,12 +107,16 @@ pub(crate) struct SubscriptionParts<K: Object> {
 }
 
 /// A live subscription: its sync state, counters, and how to end it.
+///
+/// Clones are handles to the same subscription: [`Subscription::unsubscribe`]
+/// through any of them ends it.
 pub struct Subscription<K: Object> {
     id: SubscriberId,
     listener: Addr<Listener<K>>,
     indexer: Addr<Indexer<K>>,
     resync: Addr<ResyncTimer>,
-    resync_period: Duration,
+    /// The period in force, in nanoseconds, shared by the clones.
+    resync_period: Arc<AtomicU64>,
     synced: watch::Receiver<bool>,
     stats: Arc<ListenerStats>,
     informer: Arc<dyn InformerLink>,
@@ -138,11 +143,31 @@ pub struct SubscriptionStats {
     pub gone: bool,
 }
 
+impl<K: Object> Clone for Subscription<K> {
+    fn clone(&self) -> Self {
+        Subscription {
+            id: self.id,
+            listener: self.listener.clone(),
+            indexer: self.indexer.clone(),
+            resync: self.resync.clone(),
+            resync_period: self.resync_period.clone(),
+            synced: self.synced.clone(),
+            stats: self.stats.clone(),
+            informer: self.informer.clone(),
+        }
+    }
+}
+
+/// `period` in nanoseconds, saturated (585 years).
+fn nanos(period: Duration) -> u64 {
+    u64::try_from(period.as_nanos()).unwrap_or(u64::MAX)
+}
+
 impl<K: Object> std::fmt::Debug for Subscription<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Subscription")
             .field("id", &self.id)
-            .field("resync_period", &self.resync_period)
+            .field("resync_period", &self.resync_period())
             .field("synced", &self.has_synced())
             .field("gone", &self.is_gone())
             .finish_non_exhaustive()
@@ -166,7 +191,7 @@ impl<K: Object> Subscription<K> {
             listener,
             indexer,
             resync,
-            resync_period,
+            resync_period: Arc::new(AtomicU64::new(nanos(resync_period))),
             synced,
             stats,
             informer,
@@ -180,7 +205,7 @@ impl<K: Object> Subscription<K> {
 
     /// The resync period in force (`ZERO` = never).
     pub fn resync_period(&self) -> Duration {
-        self.resync_period
+        Duration::from_nanos(self.resync_period.load(Ordering::Relaxed))
     }
 
     /// Changes the resync period (`ZERO` = never; below
@@ -201,7 +226,7 @@ impl<K: Object> Subscription<K> {
             })
             .await
             .map_err(|_| InformerError::Stopped)?;
-        self.resync_period = period;
+        self.resync_period.store(nanos(period), Ordering::Relaxed);
         Ok(period)
     }
 
@@ -232,7 +257,7 @@ impl<K: Object> Subscription<K> {
     /// A snapshot of this subscription's counters.
     pub fn stats(&self) -> SubscriptionStats {
         let s = &self.stats;
-        let r = std::sync::atomic::Ordering::Relaxed;
+        let r = Ordering::Relaxed;
         SubscriptionStats {
             pending: s.pending.load(r),
             in_flight: s.in_flight.load(r),
@@ -245,15 +270,26 @@ impl<K: Object> Subscription<K> {
 
     /// True when the subscriber's actor stopped and the listener removed itself.
     pub fn is_gone(&self) -> bool {
-        self.stats.gone.load(std::sync::atomic::Ordering::Relaxed)
+        self.stats.gone.load(Ordering::Relaxed)
     }
 
     /// Ends the subscription and waits for the handler call in progress to
     /// return; pending notifications are dropped (SI-12, SI-13). A pipelined
     /// subscriber first handles the events already in its mailbox.
     pub async fn unsubscribe(self) {
+        self.forget();
+        let _ = self.listener.send(StopListener).await;
+    }
+
+    /// Ends the subscription without waiting (a dropped [`EventStream`](crate::EventStream)).
+    pub(crate) fn unsubscribe_now(&self) {
+        self.forget();
+        self.listener.do_send(StopListener);
+    }
+
+    /// The Indexer and the resync timer forget this subscriber.
+    fn forget(&self) {
         self.indexer.do_send(Unsubscribe(self.id));
         self.resync.do_send(CancelResync(self.id));
-        let _ = self.listener.send(StopListener).await;
     }
 }

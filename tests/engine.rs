@@ -27,24 +27,20 @@ async fn warm_up(
     .await;
 }
 
-#[actix::test]
-async fn initial_sync_across_pages_then_changes_reach_every_subscriber_in_order() {
+async fn initial_sync_across_pages_then_changes_reach_every_subscriber_in_order(kind: Kind) {
     let server = server(10_000);
     server.seed_configmaps("default", 10_000).unwrap();
-    let informer = informer(&server).page_size(500).start().unwrap();
-    let (a, log_a) = Recorder::start();
-    let (b, log_b) = Recorder::start();
-    let sub_a = informer
-        .subscribe(a.recipient(), SubscribeOptions::default())
-        .await
-        .unwrap();
-    let sub_b = informer
+    let informer = kind.start(informer(&server).page_size(500));
+    let (sub_a, log_a) = kind
+        .subscribe(&informer, SubscribeOptions::default(), None)
+        .await;
+    let (sub_b, log_b) = kind
         .subscribe(
-            b.recipient(),
+            &informer,
             SubscribeOptions::default().policy(OverflowPolicy::Coalesce),
+            None,
         )
-        .await
-        .unwrap();
+        .await;
     informer.wait_for_sync(SYNC).await.unwrap();
     sub_a.wait_for_sync(SYNC).await.unwrap();
     sub_b.wait_for_sync(SYNC).await.unwrap();
@@ -194,36 +190,15 @@ async fn compaction_forces_relist_with_tombstones_and_no_update_storm() {
     );
 }
 
-#[actix::test]
-async fn each_subscriber_resyncs_at_its_own_period() {
+async fn each_subscriber_resyncs_at_its_own_period(kind: Kind) {
     let server = server(10_000);
     server.seed_configmaps("default", 5).unwrap();
-    let informer = informer(&server).start().unwrap();
-    let (fast, fast_log) = Recorder::start();
-    let (slow, slow_log) = Recorder::start();
-    let (never, never_log) = Recorder::start();
+    let informer = kind.start(informer(&server));
     let t0 = tokio::time::Instant::now();
-    informer
-        .subscribe(
-            fast.recipient(),
-            SubscribeOptions::default().resync(Duration::from_secs(1)),
-        )
-        .await
-        .unwrap();
-    informer
-        .subscribe(
-            slow.recipient(),
-            SubscribeOptions::default().resync(Duration::from_secs(3)),
-        )
-        .await
-        .unwrap();
-    informer
-        .subscribe(
-            never.recipient(),
-            SubscribeOptions::default().resync(Duration::ZERO),
-        )
-        .await
-        .unwrap();
+    let resyncing = |secs| SubscribeOptions::default().resync(Duration::from_secs(secs));
+    let (_fast, fast_log) = kind.subscribe(&informer, resyncing(1), None).await;
+    let (_slow, slow_log) = kind.subscribe(&informer, resyncing(3), None).await;
+    let (_never, never_log) = kind.subscribe(&informer, resyncing(0), None).await;
     informer.wait_for_sync(SYNC).await.unwrap();
 
     let resyncs = |log: &std::sync::Arc<std::sync::Mutex<Log>>| {
@@ -262,27 +237,24 @@ async fn each_subscriber_resyncs_at_its_own_period() {
     assert_eq!(resyncs(&never_log), 0);
 }
 
-#[actix::test]
-async fn a_subscriber_changes_its_resync_period_after_subscribing() {
+async fn a_subscriber_changes_its_resync_period_after_subscribing(kind: Kind) {
     let server = server(10_000);
     server.seed_configmaps("default", 5).unwrap();
-    let informer = informer(&server).start().unwrap();
-    let (changing, changing_log) = Recorder::start();
-    let (steady, steady_log) = Recorder::start();
-    let mut sub = informer
+    let informer = kind.start(informer(&server));
+    let (mut sub, changing_log) = kind
         .subscribe(
-            changing.recipient(),
+            &informer,
             SubscribeOptions::default().resync(Duration::ZERO),
+            None,
         )
-        .await
-        .unwrap();
-    let _steady = informer
+        .await;
+    let (_steady, steady_log) = kind
         .subscribe(
-            steady.recipient(),
+            &informer,
             SubscribeOptions::default().resync(Duration::from_secs(1)),
+            None,
         )
-        .await
-        .unwrap();
+        .await;
     informer.wait_for_sync(SYNC).await.unwrap();
     let resyncs = |log: &std::sync::Arc<std::sync::Mutex<Log>>| {
         log.lock().unwrap().count(|s| s.cause == Cause::Resync)
@@ -330,17 +302,14 @@ async fn a_subscriber_changes_its_resync_period_after_subscribing() {
     ));
 }
 
-#[actix::test]
-async fn late_subscriber_gets_a_replay_and_its_own_sync_state() {
+async fn late_subscriber_gets_a_replay_and_its_own_sync_state(kind: Kind) {
     let server = server(10_000);
     server.seed_configmaps("default", 300).unwrap();
-    let informer = informer(&server).start().unwrap();
+    let informer = kind.start(informer(&server));
     informer.wait_for_sync(SYNC).await.unwrap();
-    let (late, log) = Recorder::start();
-    let sub = informer
-        .subscribe(late.recipient(), SubscribeOptions::default().capacity(16))
-        .await
-        .unwrap();
+    let (sub, log) = kind
+        .subscribe(&informer, SubscribeOptions::default().capacity(16), None)
+        .await;
     sub.wait_for_sync(SYNC).await.unwrap();
     let log = log.lock().unwrap();
     assert_eq!(
@@ -387,25 +356,21 @@ async fn a_subscriber_that_stops_is_removed_and_others_go_on() {
     assert_eq!(informer.stats().subscribers_lost, 1);
 }
 
-#[actix::test]
-async fn stalled_coalesce_subscriber_delays_nobody_and_stays_bounded_by_keys() {
+async fn stalled_coalesce_subscriber_delays_nobody_and_stays_bounded_by_keys(kind: Kind) {
     let server = server(10_000);
     server.seed_configmaps("default", 10).unwrap();
-    let informer = informer(&server).start().unwrap();
+    let informer = kind.start(informer(&server));
     let (gate_tx, gate_rx) = watch::channel(false);
-    let (stalled, stalled_log) = Recorder::gated(gate_rx);
-    let (fast, fast_log) = Recorder::start();
-    let stalled_sub = informer
+    let (stalled_sub, stalled_log) = kind
         .subscribe(
-            stalled.recipient(),
+            &informer,
             SubscribeOptions::default().policy(OverflowPolicy::Coalesce),
+            Some(gate_rx),
         )
-        .await
-        .unwrap();
-    informer
-        .subscribe(fast.recipient(), SubscribeOptions::default())
-        .await
-        .unwrap();
+        .await;
+    let (_fast, fast_log) = kind
+        .subscribe(&informer, SubscribeOptions::default(), None)
+        .await;
     informer.wait_for_sync(SYNC).await.unwrap();
 
     // 500 updates over the same 10 keys while one subscriber is stalled.
@@ -446,15 +411,11 @@ fn small_fifo() -> kinformer::FifoOptions {
         .high_watermark(64)
 }
 
-#[actix::test]
-async fn stalled_block_subscriber_holds_the_pipeline_with_bounded_memory() {
+async fn stalled_block_subscriber_holds_the_pipeline_with_bounded_memory(kind: Kind) {
     let server = server(100_000);
     server.seed_configmaps("default", 10).unwrap();
-    let informer = informer(&server)
-        .fifo_options(small_fifo())
-        .start()
-        .unwrap();
-    let (gate_tx, sub, log) = gated_block_subscriber(&informer, true).await;
+    let informer = kind.start(informer(&server).fifo_options(small_fifo()));
+    let (gate_tx, sub, log) = gated_block_subscriber(kind, &informer, true).await;
     informer.wait_for_sync(SYNC).await.unwrap();
     // A full Block subscriber holds the whole informer back (that is its contract).
     gate_tx.send_replace(false);
@@ -496,7 +457,10 @@ async fn stalled_block_subscriber_holds_the_pipeline_with_bounded_memory() {
         max_pending = max_pending.max(sub.stats().pending);
         max_queued = max_queued.max(informer.stats().queued_deltas);
     }
-    assert!(max_pending <= 8 + 16, "listener pending {max_pending}");
+    // The queue (8) and one parked chunk: one FIFO batch of 16 keys, each
+    // with up to two deltas here (a create, then its update or delete,
+    // merged when both were queued before the key was popped).
+    assert!(max_pending <= 8 + 2 * 16, "listener pending {max_pending}");
     assert!(max_queued <= 64 + 256 + 16, "fifo queued {max_queued}");
     gate_tx.send_replace(true);
     let truth = server_view(&server);
@@ -514,20 +478,19 @@ async fn stalled_block_subscriber_holds_the_pipeline_with_bounded_memory() {
 /// fails (so no watch event holds the Reflector back): the DeltaFIFO stays
 /// within its high watermark plus one list (a Replace waits for room, like
 /// an Enqueue), and everything converges once the subscriber resumes.
-#[actix::test]
-async fn relists_against_a_stalled_block_subscriber_do_not_pile_up() {
+async fn relists_against_a_stalled_block_subscriber_do_not_pile_up(kind: Kind) {
     let server = server(100_000);
     server.seed_configmaps("default", 300).unwrap();
-    let informer = informer(&server)
-        .backoff(kinformer::Backoff::new(
-            Duration::from_millis(5),
-            Duration::from_millis(10),
-            Duration::from_secs(120),
-        ))
-        .fifo_options(small_fifo())
-        .start()
-        .unwrap();
-    let (gate_tx, _sub, log) = gated_block_subscriber(&informer, true).await;
+    let informer = kind.start(
+        informer(&server)
+            .backoff(kinformer::Backoff::new(
+                Duration::from_millis(5),
+                Duration::from_millis(10),
+                Duration::from_secs(120),
+            ))
+            .fifo_options(small_fifo()),
+    );
+    let (gate_tx, _sub, log) = gated_block_subscriber(kind, &informer, true).await;
     informer.wait_for_sync(SYNC).await.unwrap();
     // Fill the stalled subscriber's queue (8) and park the next chunk: the
     // Indexer waits for it, the DeltaFIFO queues the rest, below its mark.
@@ -569,13 +532,12 @@ async fn relists_against_a_stalled_block_subscriber_do_not_pile_up() {
     converges(&server, &log, "the stalled subscriber catches up").await;
 }
 
-#[actix::test]
-async fn the_initial_list_in_one_batch_reaches_a_stalled_block_subscriber_in_chunks() {
+async fn the_initial_list_in_one_batch_reaches_a_stalled_block_subscriber_in_chunks(kind: Kind) {
     let server = server(10_000);
     server.seed_configmaps("default", 3_000).unwrap();
     // Default options: the whole initial list is one batch for the Indexer.
-    let informer = informer(&server).start().unwrap();
-    let (gate_tx, sub, log) = gated_block_subscriber(&informer, false).await;
+    let informer = kind.start(informer(&server));
+    let (gate_tx, sub, log) = gated_block_subscriber(kind, &informer, false).await;
     let pending = || sub.stats().pending;
     eventually(SETTLE, "the batch is applied and delivery began", || {
         informer.stats().objects == 3_000 && pending() > 0
@@ -597,6 +559,18 @@ async fn the_initial_list_in_one_batch_reaches_a_stalled_block_subscriber_in_chu
         3_000
     );
 }
+
+for_each_kind!(
+    initial_sync_across_pages_then_changes_reach_every_subscriber_in_order,
+    each_subscriber_resyncs_at_its_own_period,
+    a_subscriber_changes_its_resync_period_after_subscribing,
+    late_subscriber_gets_a_replay_and_its_own_sync_state,
+    stalled_coalesce_subscriber_delays_nobody_and_stays_bounded_by_keys,
+    stalled_block_subscriber_holds_the_pipeline_with_bounded_memory,
+    relists_against_a_stalled_block_subscriber_do_not_pile_up,
+    the_initial_list_in_one_batch_reaches_a_stalled_block_subscriber_in_chunks,
+);
+for_kinds!(unsubscribe_waits_for_the_handler_in_progress_then_nothing_more_arrives: actor closure);
 
 #[actix::test]
 async fn malformed_watch_line_is_logged_and_the_informer_recovers() {
@@ -662,17 +636,15 @@ async fn too_many_requests_on_watch_backs_off_without_relist() {
     assert!(informer.stats().failures >= 3);
 }
 
-#[actix::test]
-async fn unsubscribe_waits_for_the_handler_in_progress_then_nothing_more_arrives() {
+/// Not for streams: their handling ends when the event is taken.
+async fn unsubscribe_waits_for_the_handler_in_progress_then_nothing_more_arrives(kind: Kind) {
     let server = server(10_000);
     server.seed_configmaps("default", 3).unwrap();
-    let informer = informer(&server).start().unwrap();
+    let informer = kind.start(informer(&server));
     let (gate_tx, gate_rx) = watch::channel(true);
-    let (a, log) = Recorder::gated(gate_rx);
-    let sub = informer
-        .subscribe(a.recipient(), SubscribeOptions::default())
-        .await
-        .unwrap();
+    let (sub, log) = kind
+        .subscribe(&informer, SubscribeOptions::default(), Some(gate_rx))
+        .await;
     sub.wait_for_sync(SYNC).await.unwrap();
 
     // The subscriber is now busy with one event.
@@ -684,7 +656,7 @@ async fn unsubscribe_waits_for_the_handler_in_progress_then_nothing_more_arrives
     .await;
     let unsubscribed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = unsubscribed.clone();
-    actix::spawn(async move {
+    tokio::spawn(async move {
         sub.unsubscribe().await;
         flag.store(true, std::sync::atomic::Ordering::SeqCst);
     });
@@ -703,11 +675,9 @@ async fn unsubscribe_waits_for_the_handler_in_progress_then_nothing_more_arrives
     let seen = log.lock().unwrap().events.len();
     create(&server, "after", "1");
     // A second subscriber proves the event was distributed; the first saw nothing more.
-    let (b, log_b) = Recorder::start();
-    informer
-        .subscribe(b.recipient(), SubscribeOptions::default())
-        .await
-        .unwrap();
+    let (_b, log_b) = kind
+        .subscribe(&informer, SubscribeOptions::default(), None)
+        .await;
     eventually(SETTLE, "the event was distributed", || {
         log_b.lock().unwrap().view.contains_key("default/after")
     })
@@ -842,19 +812,26 @@ async fn batched_subscriber_sees_the_same_sequence_as_a_per_event_one_in_bounded
     converges(&r.server, &r.log_each, "per-event subscriber converges").await;
     converges(&r.server, &log_batched, "batched subscriber converges").await;
     let (each, batched) = (r.log_each.lock().unwrap(), log_batched.lock().unwrap());
+    assert!(each.batches.is_empty());
+    same_sequence_in_batches(&each, &batched, 64);
+    assert_eq!(sub_batched.stats().delivered, batched.events.len() as u64);
+}
+
+/// `batched` holds the notifications of `each`, in the same order, in
+/// batches of 1 to `max`, at least two of them full (a backlog left in
+/// full batches).
+fn same_sequence_in_batches(each: &Log, batched: &Log, max: usize) {
     assert_eq!(
         each.events, batched.events,
         "same notifications, same order"
     );
-    assert!(each.batches.is_empty());
     assert_eq!(batched.batches.iter().sum::<usize>(), batched.events.len());
-    assert!(batched.batches.iter().all(|&n| (1..=64).contains(&n)));
+    assert!(batched.batches.iter().all(|&n| (1..=max).contains(&n)));
     assert!(
-        batched.batches.iter().filter(|&&n| n == 64).count() >= 2,
+        batched.batches.iter().filter(|&&n| n == max).count() >= 2,
         "a backlog leaves in full batches: {:?}",
         batched.batches
     );
-    assert_eq!(sub_batched.stats().delivered, batched.events.len() as u64);
 }
 
 #[actix::test]
@@ -894,6 +871,62 @@ async fn pipelined_subscriber_sees_the_same_sequence_as_a_per_event_one() {
         sub_pipelined.stats().delivered,
         pipelined.events.len() as u64
     );
+}
+
+#[actix::test]
+async fn stream_and_closure_subscribers_see_the_same_sequence_as_a_per_event_one() {
+    let r = Reference::start().await;
+    let options = SubscribeOptions::default().capacity(64);
+    let (sub_stream, log_stream) = Kind::Stream.subscribe(&r.informer, options, None).await;
+    let (sub_closure, log_closure) = Kind::Closure.subscribe(&r.informer, options, None).await;
+    r.change().await;
+    sub_stream.wait_for_sync(SYNC).await.unwrap();
+    sub_closure.wait_for_sync(SYNC).await.unwrap();
+    converges(&r.server, &r.log_each, "per-event subscriber converges").await;
+    converges(&r.server, &log_stream, "stream subscriber converges").await;
+    converges(&r.server, &log_closure, "closure subscriber converges").await;
+    let each = r.log_each.lock().unwrap();
+    for (log, sub) in [(&log_stream, &sub_stream), (&log_closure, &sub_closure)] {
+        let log = log.lock().unwrap();
+        assert_eq!(each.events, log.events, "same notifications, same order");
+        assert_eq!(sub.stats().delivered, log.events.len() as u64);
+    }
+}
+
+#[actix::test]
+async fn batch_stream_sees_the_same_sequence_as_a_per_event_one_in_bounded_batches() {
+    let r = Reference::start().await;
+    let mut batches = r
+        .informer
+        .stream_batches(SubscribeOptions::default().capacity(4096).batch_size(64))
+        .await
+        .unwrap();
+    r.change().await;
+    // Not polled yet: what arrives queues up, and must leave in batches of at most 64.
+    eventually(SETTLE, "the batch stream holds a backlog", || {
+        batches.subscription().stats().pending > 64
+    })
+    .await;
+    assert!(!batches.subscription().has_synced());
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Log::default()));
+    let sub = batches.subscription().clone();
+    let recording = log.clone();
+    actix::spawn(async move {
+        use futures::StreamExt;
+        while let Some(batch) = batches.next().await {
+            let mut log = recording.lock().unwrap();
+            log.batches.push(batch.0.len());
+            for event in &batch.0 {
+                log.record(event);
+            }
+        }
+    });
+    sub.wait_for_sync(SYNC).await.unwrap();
+    converges(&r.server, &r.log_each, "per-event subscriber converges").await;
+    converges(&r.server, &log, "batch stream converges").await;
+    let (each, batched) = (r.log_each.lock().unwrap(), log.lock().unwrap());
+    same_sequence_in_batches(&each, &batched, 64);
+    assert_eq!(sub.stats().delivered, batched.events.len() as u64);
 }
 
 #[actix::test]

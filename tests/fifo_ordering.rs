@@ -86,7 +86,7 @@ async fn changes_behind_a_stalled_subscriber_come_out_merged_per_key_or_in_arriv
             .fifo_ordering(ordering)
             .start()
             .unwrap();
-        let (gate, sub, log) = gated_block_subscriber(&informer, true).await;
+        let (gate, sub, log) = gated_block_subscriber(Kind::Actor, &informer, true).await;
         informer.wait_for_sync(SYNC).await.unwrap();
         create(&server, "a", "0");
         create(&server, "b", "0");
@@ -159,7 +159,7 @@ async fn arrival_order_holds_the_reflector_back_behind_a_stalled_subscriber() {
         .fifo_ordering(FifoOrdering::Arrival)
         .start()
         .unwrap();
-    let (gate, sub, log) = gated_block_subscriber(&informer, true).await;
+    let (gate, sub, log) = gated_block_subscriber(Kind::Actor, &informer, true).await;
     informer.wait_for_sync(SYNC).await.unwrap();
     gate.send_replace(false);
     let names = names(&server);

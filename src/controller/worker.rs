@@ -4,14 +4,12 @@
 use std::collections::HashSet;
 use std::fmt::Display;
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use actix::Addr;
-use futures::FutureExt;
 use kinformer_actors::workqueue::{Finish, Next, Outcome, Ticket, WorkQueue};
 use kinformer_actors::{Object, ObjectKey};
 use tokio::sync::watch;
@@ -19,6 +17,7 @@ use tokio::sync::watch;
 use super::last_known::LastKnown;
 use super::metrics::{Ended, ReconcileStats};
 use super::request::{Action, Request};
+use crate::panic::{call_caught, panic_message};
 use crate::store::Store;
 
 /// The reconcile function, its error turned into a message.
@@ -143,18 +142,15 @@ impl<K: Object> Workers<K> {
         let key = request.key.clone();
         let retries = request.retries;
         let reconcile = &self.reconcile;
-        let result = match std::panic::catch_unwind(AssertUnwindSafe(|| reconcile(request))) {
+        let result = match call_caught(|| reconcile(request)) {
             Err(panic) => Err(Some(panic)),
-            Ok(future) => {
-                let future = AssertUnwindSafe(future).catch_unwind();
-                match self.timeout {
-                    None => future.await.map_err(Some),
-                    Some(limit) => match tokio::time::timeout(limit, future).await {
-                        Ok(r) => r.map_err(Some),
-                        Err(_) => Err(None),
-                    },
-                }
-            }
+            Ok(future) => match self.timeout {
+                None => future.await.map_err(Some),
+                Some(limit) => match tokio::time::timeout(limit, future).await {
+                    Ok(r) => r.map_err(Some),
+                    Err(_) => Err(None),
+                },
+            },
         };
         let name = &self.name;
         match result {
@@ -177,13 +173,4 @@ impl<K: Object> Workers<K> {
             }
         }
     }
-}
-
-/// A panic's message when it is a string (as `panic!` makes it).
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
-    panic
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("(not a string)")
 }

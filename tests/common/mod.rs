@@ -7,8 +7,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use actix::prelude::*;
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kinformer::{Cause, Event, EventBatch, Informer};
+use kinformer::{
+    Cause, Event, EventBatch, Informer, InformerBuilder, SubscribeOptions, Subscription,
+};
 use kinformer_apiserver::{ApiServer, ServerConfig, ServerHandle};
 use tokio::sync::watch;
 
@@ -188,6 +191,11 @@ pub struct Log {
 }
 
 impl Log {
+    /// Records one event (see [`record`]).
+    pub fn record(&mut self, event: &Event<ConfigMap>) -> usize {
+        record_in(self, event)
+    }
+
     pub fn count(&self, f: impl Fn(&Seen) -> bool) -> usize {
         self.events.iter().filter(|s| f(s)).count()
     }
@@ -259,8 +267,12 @@ impl Recorder {
 
 /// Records one event in `log`; returns how many were recorded so far.
 fn record(log: &Mutex<Log>, event: &Event<ConfigMap>) -> usize {
+    record_in(&mut log.lock().unwrap(), event)
+}
+
+/// Records one event: appends it, and applies it to the rebuilt view.
+fn record_in(log: &mut Log, event: &Event<ConfigMap>) -> usize {
     {
-        let mut log = log.lock().unwrap();
         let key = event.key().to_string();
         let seen = match &event {
             Event::Added { object, cause, .. } => {
@@ -305,12 +317,7 @@ impl Recorder {
         if self.stop_after.is_some_and(|limit| n >= limit) {
             ctx.stop();
         }
-        let gate = self.gate.clone();
-        Box::pin(async move {
-            if let Some(mut gate) = gate {
-                let _ = gate.wait_for(|open| *open).await;
-            }
-        })
+        Box::pin(wait_open(self.gate.clone()))
     }
 }
 
@@ -483,25 +490,140 @@ pub fn change_during_outage(server: &ServerHandle, delete: Option<&str>, update:
     server.faults().stall_watches(false);
 }
 
-/// A `Block` subscriber (capacity 8) whose handler calls wait while its gate is closed.
+/// A `Block` subscriber (capacity 8) of `kind` whose handling waits while its gate is closed.
 pub async fn gated_block_subscriber(
+    kind: Kind,
     informer: &kinformer::Informer<ConfigMap>,
     open: bool,
 ) -> (
     watch::Sender<bool>,
-    kinformer::Subscription<ConfigMap>,
+    Subscription<ConfigMap>,
     Arc<Mutex<Log>>,
 ) {
     let (gate_tx, gate_rx) = watch::channel(open);
-    let (stalled, log) = Recorder::gated(gate_rx);
-    let sub = informer
-        .subscribe(
-            stalled.recipient(),
-            kinformer::SubscribeOptions::default()
-                .policy(kinformer::OverflowPolicy::Block)
-                .capacity(8),
-        )
-        .await
-        .unwrap();
+    let options = SubscribeOptions::default()
+        .policy(kinformer::OverflowPolicy::Block)
+        .capacity(8);
+    let (sub, log) = kind.subscribe(informer, options, Some(gate_rx)).await;
     (gate_tx, sub, log)
+}
+
+/// The kinds of subscribers, each passing the same tests: an actix actor
+/// (the informer in the test's actix System), a `Stream` consumed in a tokio
+/// task and a closure (the informer on its own thread, the test in a
+/// multi-thread tokio runtime without actix).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Actor,
+    Stream,
+    Closure,
+}
+
+impl Kind {
+    /// Starts the informer where this kind of subscriber needs it.
+    pub fn start(self, builder: InformerBuilder<ConfigMap>) -> Informer<ConfigMap> {
+        match self {
+            Kind::Actor => builder.start().expect("start the informer"),
+            Kind::Stream | Kind::Closure => builder
+                .start_on_own_thread()
+                .expect("start the informer on its own thread"),
+        }
+    }
+
+    /// Subscribes a recorder of this kind. While `gate` is closed, its
+    /// handling of an event does not finish: the actor's handler call and
+    /// the closure's future wait; the stream's consumer, having taken the
+    /// event, waits before it takes the next.
+    pub async fn subscribe(
+        self,
+        informer: &Informer<ConfigMap>,
+        options: SubscribeOptions,
+        gate: Option<watch::Receiver<bool>>,
+    ) -> (Subscription<ConfigMap>, Arc<Mutex<Log>>) {
+        let log = Arc::new(Mutex::new(Log::default()));
+        let sub = match self {
+            Kind::Actor => {
+                let recorder = Recorder {
+                    log: log.clone(),
+                    gate,
+                    stop_after: None,
+                }
+                .start();
+                informer.subscribe(recorder.recipient(), options).await
+            }
+            Kind::Stream => {
+                let mut stream = informer.stream(options).await.expect("stream");
+                let sub = stream.subscription().clone();
+                let log = log.clone();
+                tokio::spawn(async move {
+                    while let Some(event) = stream.next().await {
+                        record(&log, &event);
+                        wait_open(gate.clone()).await;
+                    }
+                });
+                Ok(sub)
+            }
+            Kind::Closure => {
+                let log = log.clone();
+                informer
+                    .subscribe_fn(options, move |event| {
+                        record(&log, &event);
+                        wait_open(gate.clone())
+                    })
+                    .await
+            }
+        };
+        (sub.expect("subscribe"), log)
+    }
+}
+
+/// Waits until `gate` (if any) is open.
+async fn wait_open(gate: Option<watch::Receiver<bool>>) {
+    if let Some(mut gate) = gate {
+        let _ = gate.wait_for(|open| *open).await;
+    }
+}
+
+/// Runs an `async fn(Kind)` test once per kind of subscriber, each in the
+/// runtime that kind is for: `name::actor`, `name::stream`, `name::closure`.
+#[macro_export]
+macro_rules! for_each_kind {
+    ($($name:ident),* $(,)?) => {$(
+        $crate::for_kinds!($name: actor stream closure);
+    )*};
+}
+
+/// Runs an `async fn(Kind)` test for the kinds listed: `for_kinds!(name: actor closure)`.
+#[macro_export]
+macro_rules! for_kinds {
+    ($name:ident: $($kind:ident)*) => {
+        mod $name {
+            use super::*;
+            $($crate::kind_test!($name, $kind);)*
+        }
+    };
+}
+
+/// One test of `for_kinds!`: the actor in an actix System, the others in a
+/// multi-thread tokio runtime.
+#[macro_export]
+macro_rules! kind_test {
+    ($name:ident, actor) => {
+        #[actix::test]
+        async fn actor() {
+            super::$name(Kind::Actor).await
+        }
+    };
+    ($name:ident, stream) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn stream() {
+            super::$name(Kind::Stream).await
+        }
+    };
+    ($name:ident, closure) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn closure() {
+            super::$name(Kind::Closure).await
+        }
+    };
 }
