@@ -1040,6 +1040,13 @@ fn each_failure_is_logged_once_by_kinformer() {
         .count();
     assert!(ours >= 1, "{default}");
     assert!(
+        default
+            .lines()
+            .filter(|l| l.contains("WARN") && l.contains("failed"))
+            .all(|l| l.contains("retrying")),
+        "each failure line says when it is retried:\n{default}"
+    );
+    assert!(
         !default.contains("kube_client"),
         "a second line per failure:\n{default}"
     );

@@ -167,6 +167,21 @@ where
             .fetch_add(millis(waited), Ordering::Relaxed);
     }
 
+    /// The one log line of a failed list or watch request: what failed (as
+    /// recorded for `last_failure`) and when it is tried again.
+    fn log_failure(&self, failure: &Failure, next: &Next) {
+        let what = match self.stats.last_failure.get() {
+            Some(recorded) => recorded.to_string(),
+            None => format!("request failed: {failure:?}"),
+        };
+        match next {
+            Next::ListAfter(d) | Next::WatchAfter(d) => {
+                tracing::warn!(retry_in = ?d, "{what}; retrying in {d:?}");
+            }
+            Next::List | Next::Watch => tracing::warn!("{what}; retrying now"),
+        }
+    }
+
     /// Waits `delay` (a relist's backoff), lists, then watches until a relist
     /// is needed or the sink is gone.
     pub async fn run(mut self, delay: Duration) -> Exit {
@@ -233,6 +248,7 @@ where
                         Self::now(),
                         (self.jitter)(),
                     );
+                    self.log_failure(&failure, &next);
                     match next {
                         Next::List => continue,
                         Next::ListAfter(d) | Next::WatchAfter(d) => return Err(Exit::Relist(d)),
@@ -267,6 +283,7 @@ where
                                 Self::now(),
                                 (self.jitter)(),
                             );
+                            self.log_failure(&failure, &next);
                             match next {
                                 Next::WatchAfter(d) => {
                                     self.backoff(d).await;

@@ -166,9 +166,9 @@ where
         )
     }
 
-    /// A failed request's error, logged and recorded, as a [`Failure`].
+    /// A failed request's error, recorded (the loop logs it with its retry
+    /// delay), as a [`Failure`].
     fn failed(&self, request: &'static str, err: &kube::Error) -> Failure {
-        tracing::warn!(%err, "{request} failed");
         self.failures.record_error(request, err);
         classify(err)
     }
@@ -285,7 +285,6 @@ where
             .filter(|_| !config.read_timeout.is_zero())
             .unwrap_or(far);
         let body = opened.await.map_err(|err| {
-            tracing::warn!(%err, "opening the watch failed");
             config
                 .failures
                 .record_error(if streaming { "list" } else { "watch" }, &err);
