@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use k8s_openapi::api::coordination::v1::Lease;
 use kinformer::leader::{ElectionTimings, LeaderElector, LeaderEvent};
-use kinformer_apiserver::{ApiServer, ResourceType, ServerConfig, ServerHandle};
+use kinformer_apiserver::{ApiServer, ServerConfig, ServerHandle};
 use tokio::sync::broadcast::error::RecvError;
 
 const LEASE_NAME: &str = "kinformer-leader-demo";
@@ -118,18 +118,8 @@ impl Cluster {
                 temporary: false,
             });
         }
-        let mut resources = ResourceType::defaults();
-        resources.push(ResourceType::new(
-            "coordination.k8s.io",
-            "v1",
-            "Lease",
-            "leases",
-            true,
-        ));
-        let server = ApiServer::start_in_thread(ServerConfig {
-            resources,
-            ..ServerConfig::default()
-        })?;
+        // Leases are among the server's built-in types.
+        let server = ApiServer::start_in_thread(ServerConfig::default())?;
         println!("embedded API server at {}", server.url());
         let path = std::env::temp_dir().join(format!(
             "kinformer-leader-demo-{}.kubeconfig",

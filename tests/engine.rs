@@ -577,12 +577,7 @@ async fn malformed_watch_line_is_logged_and_the_informer_recovers() {
     let server = server(10_000);
     server.seed_configmaps("default", 10).unwrap();
     let informer = informer(&server).start().unwrap();
-    let (a, log) = Recorder::start();
-    informer
-        .subscribe(a.recipient(), SubscribeOptions::default())
-        .await
-        .unwrap();
-    informer.wait_for_sync(SYNC).await.unwrap();
+    let log = subscribed(&informer).await;
     server.faults().inject_malformed_line();
     server
         .create(
@@ -607,12 +602,7 @@ async fn too_many_requests_on_watch_backs_off_without_relist() {
         ))
         .start()
         .unwrap();
-    let (a, log) = Recorder::start();
-    informer
-        .subscribe(a.recipient(), SubscribeOptions::default())
-        .await
-        .unwrap();
-    informer.wait_for_sync(SYNC).await.unwrap();
+    let log = subscribed(&informer).await;
     warm_up(&server, &log, "warm").await;
     server.faults().fail_next(
         Verb::Watch,

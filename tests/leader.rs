@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use kinformer::leader::{ElectionTimings, LeaderElector, LeaderEvent, StepDownReason, StopOutcome};
-use kinformer_apiserver::{ApiServer, ResourceType, ServerConfig, ServerHandle};
+use kinformer_apiserver::{ApiServer, ServerConfig, ServerHandle};
 use kube::Api;
 use kube::api::PostParams;
 use tokio::sync::broadcast;
@@ -43,22 +43,9 @@ fn release_handover_bound() -> Duration {
     TIMINGS.max_retry_wait() + SLACK
 }
 
-/// The embedded server, serving `coordination.k8s.io/v1` Leases. (Until it
-/// serves them as a built-in type; the registry ignores a duplicate.)
+/// The embedded server (it serves `coordination.k8s.io/v1` Leases built in).
 fn lease_server() -> ServerHandle {
-    let mut resources = ResourceType::defaults();
-    resources.push(ResourceType::new(
-        "coordination.k8s.io",
-        "v1",
-        "Lease",
-        "leases",
-        true,
-    ));
-    ApiServer::start_in_thread(ServerConfig {
-        resources,
-        ..ServerConfig::default()
-    })
-    .expect("start embedded API server")
+    ApiServer::start_in_thread(ServerConfig::default()).expect("start embedded API server")
 }
 
 fn leases(server: &ServerHandle) -> Api<Lease> {

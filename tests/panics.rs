@@ -175,12 +175,7 @@ async fn an_index_function_that_panics_leaves_the_object_cached_and_unindexed() 
         })
         .start()
         .unwrap();
-    let (a, log) = Recorder::start();
-    informer
-        .subscribe(a.recipient(), SubscribeOptions::default())
-        .await
-        .unwrap();
-    informer.wait_for_sync(SYNC).await.unwrap();
+    let log = subscribed(&informer).await;
     create(&server, "boom", "1");
     create(&server, "fine", "1");
     converges(&server, &log, "the subscriber sees both").await;
@@ -250,16 +245,15 @@ async fn a_transform_that_panics_once_is_contained_and_the_informer_recovers() {
         })
         .start()
         .unwrap();
-    let (a, log) = Recorder::start();
-    informer
-        .subscribe(a.recipient(), SubscribeOptions::default())
-        .await
-        .unwrap();
-    informer.wait_for_sync(SYNC).await.unwrap();
+    let log = subscribed(&informer).await;
     create(&server, "boom", "1");
     create(&server, "later", "1");
     converges(&server, &log, "the informer recovers and converges").await;
     assert_eq!(informer.stats().reflector_panics, 1);
+    assert!(
+        informer.stats().relists >= 1,
+        "a contained panic restarts the Reflector, which relists"
+    );
     informer.stop().await;
 }
 
@@ -274,12 +268,7 @@ async fn a_transform_that_always_panics_on_one_object_does_not_stop_the_others()
         .transform(panicking_transform(calls.clone()))
         .start()
         .unwrap();
-    let (a, log) = Recorder::start();
-    informer
-        .subscribe(a.recipient(), SubscribeOptions::default())
-        .await
-        .unwrap();
-    informer.wait_for_sync(SYNC).await.unwrap();
+    let log = subscribed(&informer).await;
     create(&server, "boom", "1");
     create(&server, "later", "1");
     eventually(SETTLE, "the other object's add arrives", || {

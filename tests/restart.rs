@@ -18,12 +18,7 @@ async fn ride_through_a_restart(options: RestartOptions) -> kinformer::InformerS
     let server = server(10_000);
     server.seed_configmaps("default", 20).unwrap();
     let informer = informer(&server).backoff(fast_backoff()).start().unwrap();
-    let (a, log) = Recorder::start();
-    informer
-        .subscribe(a.recipient(), SubscribeOptions::default())
-        .await
-        .unwrap();
-    informer.wait_for_sync(SYNC).await.unwrap();
+    let log = subscribed(&informer).await;
     // An event on the watch, so its end is not a "very short watch".
     create(&server, "before", "1");
     converges(&server, &log, "the event before the restart").await;
