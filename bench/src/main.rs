@@ -49,6 +49,15 @@ struct Cli {
     /// Objects of the relist and resync workloads.
     #[arg(long, global = true)]
     objects: Option<usize>,
+    /// Seconds of writing in the controller workload's churn part.
+    #[arg(long, global = true, value_parser = positive_finite)]
+    controller_secs: Option<f64>,
+    /// Write rate of the controller workload's churn part (per second).
+    #[arg(long, global = true, value_parser = positive_finite)]
+    controller_rate: Option<f64>,
+    /// Objects at start-up in the controller workload.
+    #[arg(long, global = true)]
+    controller_objects: Option<usize>,
     /// Run only the informer variant with this label, e.g. `kinformer` (profiling).
     #[arg(long, global = true)]
     only: Option<String>,
@@ -63,7 +72,7 @@ struct Cli {
 enum Cmd {
     /// Every workload.
     All,
-    /// Some workloads: sync, churn, slow, relist, resync.
+    /// Some workloads: sync, churn, slow, relist, resync, controller.
     Run {
         /// Workload names.
         #[arg(required = true)]
@@ -170,6 +179,15 @@ fn main() -> anyhow::Result<()> {
     }
     if let Some(s) = cli.churn_secs {
         scale.churn_secs = s;
+    }
+    if let Some(s) = cli.controller_secs {
+        scale.ctl_secs = s;
+    }
+    if let Some(r) = cli.controller_rate {
+        scale.ctl_rate = r;
+    }
+    if let Some(n) = cli.controller_objects {
+        scale.ctl_startup_objects = n.max(1);
     }
     scale.only = cli.only;
     if let Some(n) = cli.objects {

@@ -190,6 +190,30 @@ pub enum Job {
     Deliver,
     /// Sync, then count what a relist delivers between `begin` and `end`.
     Relist,
+    /// A controller (kinformer's `Controller` or kube-runtime's) reconciling
+    /// the namespace's ConfigMaps; see [`CtlSpec`].
+    Controller,
+}
+
+/// The controller of a [`Job::Controller`] child.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CtlSpec {
+    /// Reconciles at once (kinformer's workers, kube-runtime's concurrency).
+    pub workers: usize,
+    /// How long each reconcile awaits a timer, in µs (0: it returns at once).
+    pub reconcile_us: u64,
+    /// Record from the child's start (start-up runs) instead of from `begin`.
+    pub record_from_start: bool,
+}
+
+impl Default for CtlSpec {
+    fn default() -> Self {
+        CtlSpec {
+            workers: 8,
+            reconcile_us: 1_000,
+            record_from_start: false,
+        }
+    }
 }
 
 /// The job of one child process.
@@ -220,6 +244,9 @@ pub struct ChildSpec {
     /// the same process, recording the same write-to-receipt latencies.
     #[serde(default)]
     pub control_watch: bool,
+    /// The controller, for [`Job::Controller`].
+    #[serde(default)]
+    pub controller: CtlSpec,
 }
 
 /// A command from the parent.
@@ -245,6 +272,18 @@ pub enum Command {
         modified: u64,
         /// Objects deleted during the outage.
         deleted: u64,
+        /// Deadline in milliseconds.
+        timeout_ms: u64,
+    },
+    /// The parent's writes are done (controller jobs): wait until every named
+    /// object has been reconciled at a `data.counter` at least the one given,
+    /// and at least `keys` distinct objects were reconciled (at most
+    /// `timeout_ms`), then report.
+    AwaitReconciled {
+        /// Object name → the counter of its last write.
+        counters: std::collections::BTreeMap<String, u64>,
+        /// Distinct objects to have been reconciled since the child started.
+        keys: usize,
         /// Deadline in milliseconds.
         timeout_ms: u64,
     },

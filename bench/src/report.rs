@@ -74,6 +74,8 @@ pub struct Section {
     pub workload: String,
     /// Heading.
     pub title: String,
+    /// The issue whose bars the section judges.
+    pub issue: u32,
     /// What was measured and how.
     pub method: Vec<String>,
     /// The tables.
@@ -162,7 +164,10 @@ impl Section {
             md.push('\n');
         }
         if !self.bars.is_empty() {
-            md.push_str("| Bar (issue 6) | Verdict | Figures |\n|---|---|---|\n");
+            md.push_str(&format!(
+                "| Bar (issue {}) | Verdict | Figures |\n|---|---|---|\n",
+                self.issue
+            ));
             for b in &self.bars {
                 let verdict = match b.met {
                     Some(true) => "met",
@@ -197,6 +202,7 @@ mod tests {
         let s = Section {
             workload: "x".into(),
             title: "X".into(),
+            issue: 6,
             method: vec!["how".into()],
             tables: vec![t],
             bars: vec![Bar {

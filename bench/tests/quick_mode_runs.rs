@@ -68,7 +68,7 @@ fn quick_mode_runs() {
         serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
     assert_eq!(report["scale"]["name"], "quick");
     let sections = report["sections"].as_array().unwrap();
-    assert_eq!(sections.len(), 5, "one section per workload");
+    assert_eq!(sections.len(), 6, "one section per workload");
     for s in sections {
         assert!(
             !s["tables"].as_array().unwrap().is_empty(),
@@ -131,6 +131,28 @@ fn quick_mode_runs() {
         "{}",
         resync["bars"][1]
     );
+    // Controller: both controllers reconciled every write and every change,
+    // with positive rates; the three bars of issue 22 are judged.
+    let controller = section(&report, "controller");
+    let churn = cells(controller, 0);
+    assert_eq!(churn.len(), 2, "{churn:?}");
+    for row in &churn {
+        assert!(number(&row[2]) > 0.0, "reconciles per key: {row:?}");
+        assert!(number(&row[5]) > 0.0, "p99 latency: {row:?}");
+        assert_eq!(row.last().unwrap(), "1 of 1", "complete: {row:?}");
+    }
+    let startup = cells(controller, 1);
+    assert_eq!(startup.len(), 2, "{startup:?}");
+    for row in &startup {
+        assert_eq!(row[3], "1 of 1", "every change reconciled: {row:?}");
+        assert!(number(&row[7]) > 0.0, "FIFO order: {row:?}");
+    }
+    let rates = cells(controller, 2);
+    assert_eq!(rates.len(), 4, "{rates:?}");
+    assert!(rates.iter().all(|r| number(&r[2]) > 0.0), "{rates:?}");
+    let bars = controller["bars"].as_array().unwrap();
+    assert_eq!(bars.len(), 3);
+    assert!(bars.iter().all(|b| b["met"].is_boolean()), "{bars:?}");
 
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     for title in [
@@ -139,6 +161,7 @@ fn quick_mode_runs() {
         "Workload 3",
         "Workload 4",
         "Workload 5",
+        "Workload 6",
     ] {
         assert!(md.contains(title), "{title} missing from report.md");
     }

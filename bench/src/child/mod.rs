@@ -3,6 +3,7 @@
 //! alone in its process, its heap, RSS and CPU time are its own.
 
 mod control;
+mod ctl;
 mod decode;
 mod kin;
 mod krt;
@@ -91,6 +92,13 @@ pub fn run(spec: ChildSpec) -> anyhow::Result<()> {
 }
 
 async fn by_kind(spec: ChildSpec) -> anyhow::Result<()> {
+    if spec.job == Job::Controller {
+        anyhow::ensure!(
+            spec.kind == Kind::ConfigMap,
+            "controller jobs reconcile ConfigMaps"
+        );
+        return ctl::run(&spec, stdin_commands()).await;
+    }
     match spec.kind {
         Kind::ConfigMap => typed::<ConfigMap>(spec).await,
         Kind::Pod => typed::<Pod>(spec).await,
@@ -216,7 +224,7 @@ async fn job<U: Under>(
         "rss": rss(),
     });
     match spec.job {
-        Job::Sync | Job::Decode => {
+        Job::Sync | Job::Decode | Job::Controller => {
             emit("report", synced);
             Ok(())
         }

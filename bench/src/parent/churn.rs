@@ -332,6 +332,7 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
     Ok(Section {
         workload: "churn".into(),
         title: "Workload 2: steady churn and maximum sustainable rate".into(),
+        issue: 6,
         method: vec![
             "The parent updates ConfigMaps in-process on the embedded server, each update carrying its wall-clock write time in an \
              annotation; every subscriber computes write-to-delivery latency when it handles the update (same machine, same clock). \

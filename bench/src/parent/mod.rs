@@ -3,6 +3,7 @@
 
 pub mod child;
 mod churn;
+mod controller;
 mod relist;
 mod resync;
 mod slow;
@@ -56,6 +57,20 @@ pub struct Scale {
     pub only: Option<String>,
     /// Object kinds of the sync workload.
     pub sync_kinds: Vec<Kind>,
+    /// Controller workload: ConfigMaps updated round-robin in its churn part.
+    pub ctl_keys: usize,
+    /// Controller workload: writes per second of its churn part.
+    pub ctl_rate: f64,
+    /// Controller workload: seconds of writing in its churn part.
+    pub ctl_secs: f64,
+    /// Controller workload: how long a reconcile awaits (µs).
+    pub ctl_reconcile_us: u64,
+    /// Controller workload: reconciles at once, both controllers.
+    pub ctl_workers: usize,
+    /// Controller workload: ConfigMaps at start-up.
+    pub ctl_startup_objects: usize,
+    /// Controller workload: real changes made during the initial reconciles.
+    pub ctl_changes: usize,
 }
 
 impl Scale {
@@ -88,6 +103,13 @@ impl Scale {
             resync_secs: 60.0,
             only: None,
             sync_kinds: vec![Kind::ConfigMap, Kind::Pod],
+            ctl_keys: 100,
+            ctl_rate: 1_000.0,
+            ctl_secs: 30.0,
+            ctl_reconcile_us: 1_000,
+            ctl_workers: 8,
+            ctl_startup_objects: 100_000,
+            ctl_changes: 100,
         }
     }
 
@@ -111,12 +133,19 @@ impl Scale {
             resync_secs: 2.5,
             only: None,
             sync_kinds: vec![Kind::ConfigMap, Kind::Pod],
+            ctl_keys: 20,
+            ctl_rate: 200.0,
+            ctl_secs: 1.0,
+            ctl_reconcile_us: 1_000,
+            ctl_workers: 8,
+            ctl_startup_objects: 1_000,
+            ctl_changes: 20,
         }
     }
 }
 
 /// The workloads, by name.
-pub const WORKLOADS: [&str; 5] = ["sync", "churn", "slow", "relist", "resync"];
+pub const WORKLOADS: [&str; 6] = ["sync", "churn", "slow", "relist", "resync", "controller"];
 
 /// Runs one workload and returns its report section.
 pub fn run_workload(name: &str, scale: &Scale) -> anyhow::Result<Section> {
@@ -127,6 +156,7 @@ pub fn run_workload(name: &str, scale: &Scale) -> anyhow::Result<Section> {
         "slow" => slow::run(scale),
         "relist" => relist::run(scale),
         "resync" => resync::run(scale),
+        "controller" => controller::run(scale),
         other => anyhow::bail!("unknown workload {other}"),
     }
 }
@@ -192,6 +222,7 @@ pub fn spec(
         capacity: kinformer::SubscribeOptions::DEFAULT_CAPACITY,
         count_to: 0,
         control_watch: false,
+        controller: crate::proto::CtlSpec::default(),
     }
 }
 

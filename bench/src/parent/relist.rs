@@ -217,6 +217,7 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
     Ok(Section {
         workload: "relist".into(),
         title: "Workload 4: relist after 410".into(),
+        issue: 6,
         method: vec![
             "After the initial sync the parent stalls every watch, changes objects (or not), compacts the server's history and \
              closes the watches: the informer's next watch gets a 410 (an ERROR event) and relists. Time to re-synced runs from the \

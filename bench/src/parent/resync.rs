@@ -249,6 +249,7 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
     Ok(Section {
         workload: "resync".into(),
         title: "Workload 5: resync with mixed per-subscriber periods".into(),
+        issue: 6,
         method: vec![
             "kinformer only: kube-runtime has no resync (its shared store replays nothing by itself), so there is nothing to \
              compare against. Two runs with the same subscribers and writes: without resync (baseline) and with the mixed \

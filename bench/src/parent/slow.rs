@@ -252,6 +252,7 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
     Ok(Section {
         workload: "slow".into(),
         title: "Workload 3: slow subscriber".into(),
+        issue: 6,
         method: vec![
             "As workload 2 (same writer, same informers), with 10 subscribers. The stalled subscriber stops handling events: \
              kinformer's actor enters `ctx.wait(sleep)`, kube-runtime's task sleeps instead of polling its handle. Every 100 ms \

@@ -40,6 +40,7 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
     let mut section = Section {
         workload: "sync".into(),
         title: "Workload 1: initial sync".into(),
+        issue: 6,
         method: vec![
             "Each informer runs alone in a child process against the embedded API server (in the parent) over loopback HTTP; \
              lists are paginated (page size 500) unless marked streaming. kinformer has one subscriber (it receives every \

@@ -64,6 +64,18 @@ impl Writer {
         total
     }
 
+    /// Each object's name and the `data.counter` of its last write (or of its template).
+    pub fn counters(&self) -> std::collections::BTreeMap<String, u64> {
+        self.objects
+            .iter()
+            .filter_map(|o| {
+                let name = o["metadata"]["name"].as_str()?;
+                let counter = o["data"]["counter"].as_str()?.parse().ok()?;
+                Some((name.to_string(), counter))
+            })
+            .collect()
+    }
+
     /// Writes `count` updates as fast as possible.
     pub fn burst(&mut self, count: u64) -> u64 {
         for _ in 0..count {
