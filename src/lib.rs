@@ -66,6 +66,10 @@
 
 mod callback;
 pub mod controller;
+/// The guide's code (docs/guide.md), compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide.md")]
+pub struct GuideDoctests;
 mod error;
 mod factory;
 mod informer;
