@@ -6,13 +6,8 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::*;
-use kinformer::SubscribeOptions;
 use kinformer_apiserver::{CloseMode, RestartOptions};
-
-const SYNC: Duration = Duration::from_secs(60);
 
 async fn ride_through_a_restart(options: RestartOptions) -> kinformer::InformerStats {
     let server = server(10_000);
