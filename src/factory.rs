@@ -35,6 +35,20 @@ struct InformerKey {
 /// per `kube::Client` (per cluster and identity). The factory keeps every
 /// informer it started running until [`InformerFactory::stop_all`] or until
 /// the informer is stopped through one of its handles.
+///
+/// ```no_run
+/// # use k8s_openapi::api::core::v1::ConfigMap;
+/// # use kinformer::InformerFactory;
+/// # async fn run(client: kube::Client) -> Result<(), kinformer::InformerError> {
+/// let factory = InformerFactory::new();
+/// let api = kube::Api::<ConfigMap>::namespaced(client, "default");
+/// let a = factory.informer(api.clone(), None, None, |b| b)?;
+/// let b = factory.informer(api, None, None, |b| b)?; // the same informer: one watch
+/// assert_eq!(factory.len(), 1);
+/// factory.stop_all().await;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Default)]
 pub struct InformerFactory {
     informers: Arc<Mutex<HashMap<InformerKey, Box<dyn Shared>>>>,

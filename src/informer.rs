@@ -34,6 +34,21 @@ use crate::subscription::{InformerLink, SubscribeOptions, Subscription, Subscrip
 use crate::wait::wait_synced;
 
 /// Configures an [`Informer`]; see [`Informer::builder`].
+///
+/// ```no_run
+/// # use std::time::Duration;
+/// # use k8s_openapi::api::core::v1::Pod;
+/// # use kinformer::Informer;
+/// # fn build(client: kube::Client) -> Result<Informer<Pod>, kinformer::InformerError> {
+/// let pods = kube::Api::<Pod>::namespaced(client, "default");
+/// Informer::builder(pods)
+///     .label_selector("app=web")
+///     .skip_managed_fields(true)
+///     .default_resync(Duration::from_secs(600))
+///     .index("node", |pod| Ok(pod.spec.as_ref().and_then(|s| s.node_name.clone()).into_iter().collect()))
+///     .start() // inside an actix System or a tokio LocalSet; or start_on_own_thread()
+/// # }
+/// ```
 pub struct InformerBuilder<K: Object> {
     api: Api<K>,
     label_selector: Option<String>,
@@ -538,6 +553,24 @@ impl<K: Object> Drop for Shared<K> {
 }
 
 /// A running informer: subscribe actors, read the cache, wait for sync, stop.
+///
+/// ```no_run
+/// # use std::time::Duration;
+/// # use futures::StreamExt;
+/// # use k8s_openapi::api::core::v1::ConfigMap;
+/// # use kinformer::{Informer, SubscribeOptions};
+/// # async fn run(client: kube::Client) -> anyhow::Result<()> {
+/// let informer = Informer::builder(kube::Api::<ConfigMap>::all(client)).start_on_own_thread()?;
+/// let mut events = informer.stream(SubscribeOptions::default()).await?;
+/// informer.wait_for_sync(Duration::from_secs(60)).await?;
+/// println!("{} cached", informer.store().snapshot().len());
+/// while let Some(event) = events.next().await {
+///     println!("{:?} {}", event.cause(), event.key());
+/// }
+/// informer.stop().await;
+/// # Ok(())
+/// # }
+/// ```
 pub struct Informer<K: Object> {
     inner: Arc<Shared<K>>,
 }

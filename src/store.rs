@@ -7,6 +7,20 @@ use tokio::sync::watch;
 ///
 /// Each call to [`Store::snapshot`] returns an immutable view of the cache as
 /// the Indexer last published it; use one snapshot for several related reads.
+///
+/// ```no_run
+/// # use k8s_openapi::api::core::v1::ConfigMap;
+/// # fn read(informer: kinformer::Informer<ConfigMap>) -> Result<(), kinformer::CacheError> {
+/// let store = informer.store();
+/// let snapshot = store.snapshot(); // one consistent view for the reads below
+/// if let Some(cm) = snapshot.get("default/web") {
+///     println!("{:?}", cm.data);
+/// }
+/// let in_default = snapshot.by_index("namespace", "default")?; // an index added at build time
+/// println!("{} of {} objects in default", in_default.len(), snapshot.len());
+/// # Ok(())
+/// # }
+/// ```
 pub struct Store<K> {
     reader: CacheReader<K>,
     synced: watch::Receiver<bool>,

@@ -18,6 +18,19 @@ use crate::error::InformerError;
 use crate::wait::wait_synced;
 
 /// How one subscriber wants to be served.
+///
+/// ```
+/// use std::time::Duration;
+/// use kinformer::{OverflowPolicy, SubscribeOptions};
+///
+/// // A slow consumer that only needs the latest state of each object,
+/// // replayed every 5 minutes.
+/// let options = SubscribeOptions::default()
+///     .policy(OverflowPolicy::Coalesce)
+///     .resync(Duration::from_secs(300))
+///     .capacity(4096);
+/// assert_eq!(options.capacity, 4096);
+/// ```
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
 pub struct SubscribeOptions {

@@ -25,6 +25,19 @@ pub enum Cause {
 }
 
 /// One notification for a subscriber. Objects are shared `Arc`s, never deep copies.
+///
+/// ```
+/// use kinformer_actors::{Cause, Event};
+///
+/// fn describe(event: &Event<String>) -> String {
+///     match event {
+///         Event::Added { key, cause, .. } => format!("{key} added ({cause:?})"),
+///         Event::Updated { key, cause: Cause::Resync, .. } => format!("{key} replayed"),
+///         Event::Updated { key, .. } => format!("{key} changed"),
+///         Event::Deleted { key, .. } => format!("{key} deleted"),
+///     }
+/// }
+/// ```
 #[derive(Debug)]
 pub enum Event<K> {
     /// The object is new to the subscriber.
