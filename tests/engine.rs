@@ -635,7 +635,7 @@ async fn a_label_selector_and_an_index_hold_only_what_they_select<K: Cached>(kin
 // The engine's behaviour on a metadata-only informer (`::metadata`):
 // initial sync across pages, watch adds, updates and deletes, resyncs,
 // replays, relists after a 410 with their diff, selectors and indexes.
-for_kinds!(initial_sync_across_pages_then_changes_reach_every_subscriber_in_order: actor stream closure metadata);
+for_kinds!(initial_sync_across_pages_then_changes_reach_every_subscriber_in_order: actor stream closure metadata metadata_stream metadata_closure);
 for_kinds!(each_subscriber_resyncs_at_its_own_period: actor stream closure metadata);
 for_kinds!(late_subscriber_gets_a_replay_and_its_own_sync_state: actor stream closure metadata);
 for_kinds!(compaction_forces_relist_with_tombstones_and_no_update_storm: actor metadata);

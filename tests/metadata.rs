@@ -162,3 +162,47 @@ async fn the_factory_keeps_metadata_and_full_informers_apart() {
     );
     factory.stop_all().await;
 }
+
+/// Batched and pipelined subscribers of a metadata-only informer see every
+/// change, as a per-event one does (`engine.rs` runs actors, streams and
+/// closures on metadata informers).
+#[actix::test]
+async fn batched_and_pipelined_subscribers_receive_metadata_events() {
+    let server = server(10_000);
+    server.seed_configmaps("default", 50).unwrap();
+    let informer = metadata_informer(&server).page_size(20).start().unwrap();
+    let options = kinformer::SubscribeOptions::default().batch_size(8);
+    let (batched, batched_log) = Recorder::start();
+    let _batched = informer
+        .subscribe_batches(batched.recipient(), options)
+        .await
+        .unwrap();
+    let (_open, gate) = tokio::sync::watch::channel(true);
+    let (pipelined, pipelined_log) = SyncRecorder::gated(gate);
+    let _pipelined = informer
+        .subscribe_pipelined(&pipelined, options)
+        .await
+        .unwrap();
+    informer.wait_for_sync(SYNC).await.unwrap();
+    create(&server, "late", "1");
+    server
+        .delete("", "configmaps", Some("default"), "late")
+        .unwrap();
+    create(&server, "after", "1");
+    converges(&server, &batched_log, "the batched subscriber caught up").await;
+    converges(
+        &server,
+        &pipelined_log,
+        "the pipelined subscriber caught up",
+    )
+    .await;
+    let batched = batched_log.lock().unwrap();
+    assert!(batched.batches.iter().all(|&n| (1..=8).contains(&n)));
+    for log in [&*batched, &*pipelined_log.lock().unwrap()] {
+        assert_eq!(
+            log.count(|s| s.key == "default/late"),
+            2,
+            "added, then deleted"
+        );
+    }
+}

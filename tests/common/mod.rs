@@ -616,8 +616,9 @@ macro_rules! for_each_kind {
 }
 
 /// Runs an `async fn<K: Cached>(Kind)` test for the kinds listed:
-/// `for_kinds!(name: actor closure metadata)`; `metadata` is an actor
-/// subscriber of a metadata-only informer.
+/// `for_kinds!(name: actor closure metadata)`; `metadata`,
+/// `metadata_stream` and `metadata_closure` are those subscribers of a
+/// metadata-only informer.
 #[macro_export]
 macro_rules! for_kinds {
     ($name:ident: $($kind:ident)*) => {
@@ -655,6 +656,24 @@ macro_rules! kind_test {
         async fn metadata() {
             super::$name::<kinformer::PartialObjectMeta<k8s_openapi::api::core::v1::ConfigMap>>(
                 Kind::Actor,
+            )
+            .await
+        }
+    };
+    ($name:ident, metadata_stream) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn metadata_stream() {
+            super::$name::<kinformer::PartialObjectMeta<k8s_openapi::api::core::v1::ConfigMap>>(
+                Kind::Stream,
+            )
+            .await
+        }
+    };
+    ($name:ident, metadata_closure) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn metadata_closure() {
+            super::$name::<kinformer::PartialObjectMeta<k8s_openapi::api::core::v1::ConfigMap>>(
+                Kind::Closure,
             )
             .await
         }
