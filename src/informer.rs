@@ -565,7 +565,7 @@ where
     ///     .skip_managed_fields(true)
     ///     .start_on_own_thread()?;
     /// informer.wait_for_sync(std::time::Duration::from_secs(60)).await?;
-    /// for pod in informer.store().snapshot().values() {
+    /// for pod in informer.store().snapshot().list() {
     ///     println!("{:?}", pod.metadata.name);
     /// }
     /// # Ok(()) }
