@@ -468,7 +468,10 @@ impl Cached for ConfigMap {
     }
 }
 
-impl Cached for PartialObjectMeta<ConfigMap> {
+/// What a metadata-only informer over ConfigMaps caches.
+pub type MetadataOnly = PartialObjectMeta<ConfigMap>;
+
+impl Cached for MetadataOnly {
     fn informer(server: &ServerHandle) -> InformerBuilder<Self> {
         Informer::metadata(kube::Api::<ConfigMap>::namespaced(
             client(server),
@@ -634,48 +637,33 @@ macro_rules! for_kinds {
 #[macro_export]
 macro_rules! kind_test {
     ($name:ident, actor) => {
-        #[actix::test]
-        async fn actor() {
-            super::$name::<k8s_openapi::api::core::v1::ConfigMap>(Kind::Actor).await
-        }
+        $crate::kind_test!(@actix $name, actor, k8s_openapi::api::core::v1::ConfigMap, Actor);
     };
     ($name:ident, stream) => {
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn stream() {
-            super::$name::<k8s_openapi::api::core::v1::ConfigMap>(Kind::Stream).await
-        }
+        $crate::kind_test!(@tokio $name, stream, k8s_openapi::api::core::v1::ConfigMap, Stream);
     };
     ($name:ident, closure) => {
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn closure() {
-            super::$name::<k8s_openapi::api::core::v1::ConfigMap>(Kind::Closure).await
-        }
+        $crate::kind_test!(@tokio $name, closure, k8s_openapi::api::core::v1::ConfigMap, Closure);
     };
     ($name:ident, metadata) => {
-        #[actix::test]
-        async fn metadata() {
-            super::$name::<kinformer::PartialObjectMeta<k8s_openapi::api::core::v1::ConfigMap>>(
-                Kind::Actor,
-            )
-            .await
-        }
+        $crate::kind_test!(@actix $name, metadata, $crate::common::MetadataOnly, Actor);
     };
     ($name:ident, metadata_stream) => {
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn metadata_stream() {
-            super::$name::<kinformer::PartialObjectMeta<k8s_openapi::api::core::v1::ConfigMap>>(
-                Kind::Stream,
-            )
-            .await
-        }
+        $crate::kind_test!(@tokio $name, metadata_stream, $crate::common::MetadataOnly, Stream);
     };
     ($name:ident, metadata_closure) => {
+        $crate::kind_test!(@tokio $name, metadata_closure, $crate::common::MetadataOnly, Closure);
+    };
+    (@actix $name:ident, $test:ident, $object:ty, $kind:ident) => {
+        #[actix::test]
+        async fn $test() {
+            super::$name::<$object>(Kind::$kind).await
+        }
+    };
+    (@tokio $name:ident, $test:ident, $object:ty, $kind:ident) => {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn metadata_closure() {
-            super::$name::<kinformer::PartialObjectMeta<k8s_openapi::api::core::v1::ConfigMap>>(
-                Kind::Closure,
-            )
-            .await
+        async fn $test() {
+            super::$name::<$object>(Kind::$kind).await
         }
     };
 }
