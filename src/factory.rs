@@ -11,11 +11,15 @@ use std::sync::{Arc, Mutex};
 
 use kinformer_actors::Object;
 use kube::Api;
+use kube::core::PartialObjectMeta;
 
 use crate::error::InformerError;
 use crate::informer::{Informer, InformerBuilder};
+use crate::metadata::{MetadataScope, metadata_api};
 
-/// Identifies a shared informer: object type, resource path (with namespace) and selectors.
+/// Identifies a shared informer: object type (a metadata-only informer's
+/// `PartialObjectMeta<K>` is a type of its own), resource path (with
+/// namespace) and selectors.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct InformerKey {
     type_id: TypeId,
@@ -133,6 +137,28 @@ impl InformerFactory {
         informers.retain(|_, shared| !shared.is_stopped());
         informers.insert(key, Box::new(informer.clone()));
         Ok(informer)
+    }
+
+    /// The shared metadata-only informer ([`Informer::metadata`]) for `api`
+    /// with these selectors. It is keyed apart from the full informer of the
+    /// same resource (its object type differs): both may run side by side.
+    pub fn metadata_informer<K>(
+        &self,
+        api: Api<K>,
+        label_selector: Option<&str>,
+        field_selector: Option<&str>,
+        configure: impl FnOnce(
+            InformerBuilder<PartialObjectMeta<K>>,
+        ) -> InformerBuilder<PartialObjectMeta<K>>,
+    ) -> Result<Informer<PartialObjectMeta<K>>, InformerError>
+    where
+        K: Object,
+        K::DynamicType: Default,
+        K::Scope: MetadataScope,
+        PartialObjectMeta<K>: Object,
+    {
+        let api = metadata_api(api, &K::DynamicType::default());
+        self.informer(api, label_selector, field_selector, configure)
     }
 
     fn running<K: Object>(&self, key: &InformerKey) -> Option<Informer<K>> {

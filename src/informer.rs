@@ -22,10 +22,12 @@ use kinformer_actors::reflector::{
 use kinformer_actors::resync::{CancelResync, ResyncTimer, ScheduleResync, StopResync};
 use kinformer_actors::{Event, EventBatch};
 use kube::Api;
+use kube::core::PartialObjectMeta;
 use tokio::sync::watch;
 
 use crate::callback::call_each;
 use crate::error::InformerError;
+use crate::metadata::{MetadataScope, metadata_api};
 use crate::own_thread::run_at_home;
 use crate::relay::{Handoffs, Relay};
 use crate::store::Store;
@@ -549,6 +551,59 @@ impl<K: Object> Drop for Shared<K> {
         if let Some(home) = &self.home {
             home.stop();
         }
+    }
+}
+
+/// Metadata-only informers (see [`Informer::metadata`]).
+impl<K> Informer<PartialObjectMeta<K>>
+where
+    K: Object,
+    PartialObjectMeta<K>: Object,
+{
+    /// A metadata-only informer over the resource and namespace of `api`:
+    /// its lists and watches ask the server for `PartialObjectMetadata`
+    /// (`Accept: application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1`),
+    /// so only each object's `metadata` is sent, decoded and cached, and
+    /// every event carries a [`PartialObjectMeta<K>`](kube::core::PartialObjectMeta).
+    /// Everything else is as for [`Informer::builder`] (selectors, indexes on
+    /// metadata, resyncs, every kind of subscriber, `skip_managed_fields`);
+    /// `Informer::builder(Api::<PartialObjectMeta<K>>::all(client))` is the
+    /// same informer. A server that cannot answer in that form (406) fails
+    /// each list, recorded in [`Informer::last_failure`] with status 406.
+    /// For a `DynamicObject` use [`Informer::metadata_with`].
+    ///
+    /// ```no_run
+    /// # async fn f(client: kube::Client) -> Result<(), kinformer::InformerError> {
+    /// use k8s_openapi::api::core::v1::Pod;
+    /// let pods = kube::Api::<Pod>::all(client);
+    /// let informer = kinformer::Informer::metadata(pods)
+    ///     .skip_managed_fields(true)
+    ///     .start_on_own_thread()?;
+    /// informer.wait_for_sync(std::time::Duration::from_secs(60)).await?;
+    /// for pod in informer.store().snapshot().list() {
+    ///     println!("{:?}", pod.metadata.name);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn metadata(api: Api<K>) -> InformerBuilder<PartialObjectMeta<K>>
+    where
+        K::DynamicType: Default,
+        K::Scope: MetadataScope,
+    {
+        Informer::builder(metadata_api(api, &K::DynamicType::default()))
+    }
+
+    /// [`Informer::metadata`] for resources whose `Api` was made with a
+    /// dynamic type (`DynamicObject` and its `ApiResource`): `dyntype` must
+    /// be the one `api` was made with.
+    pub fn metadata_with(
+        api: Api<K>,
+        dyntype: &K::DynamicType,
+    ) -> InformerBuilder<PartialObjectMeta<K>>
+    where
+        K::Scope: MetadataScope,
+    {
+        Informer::builder(metadata_api(api, dyntype))
     }
 }
 

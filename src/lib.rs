@@ -74,6 +74,7 @@ mod error;
 mod factory;
 mod informer;
 pub mod leader;
+mod metadata;
 mod own_thread;
 mod panic;
 mod relay;
@@ -101,10 +102,13 @@ pub use kinformer_actors::resync::MINIMUM_RESYNC_PERIOD;
 pub use kinformer_actors::{
     Cause, DeletedObject, Event, EventBatch, KeyError, ObjectKey, SubscriberId, Tombstone,
 };
+/// kube's metadata-only object: what a [`Informer::metadata`] informer caches.
+pub use kube::core::PartialObjectMeta;
 pub use leader::{
     ElectionTimings, LeaderElector, LeaderElectorBuilder, LeaderError, LeaderEvent, StepDownReason,
     StopOutcome,
 };
+pub use metadata::{MetadataScope, metadata_api};
 pub use store::Store;
 pub use stream::EventStream;
 pub use subscription::{SubscribeOptions, Subscription, SubscriptionStats};

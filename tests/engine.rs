@@ -27,10 +27,12 @@ async fn warm_up(
     .await;
 }
 
-async fn initial_sync_across_pages_then_changes_reach_every_subscriber_in_order(kind: Kind) {
+async fn initial_sync_across_pages_then_changes_reach_every_subscriber_in_order<K: Cached>(
+    kind: Kind,
+) {
     let server = server(10_000);
     server.seed_configmaps("default", 10_000).unwrap();
-    let informer = kind.start(informer(&server).page_size(500));
+    let informer = kind.start(K::informer(&server).page_size(500));
     let (sub_a, log_a) = kind
         .subscribe(&informer, SubscribeOptions::default(), None)
         .await;
@@ -145,16 +147,13 @@ async fn forced_watch_close_resumes_from_last_rv_without_relist_or_duplicates() 
     }
 }
 
-#[actix::test]
-async fn compaction_forces_relist_with_tombstones_and_no_update_storm() {
+async fn compaction_forces_relist_with_tombstones_and_no_update_storm<K: Cached>(kind: Kind) {
     let server = server(10_000);
     server.seed_configmaps("default", 100).unwrap();
-    let informer = informer(&server).start().unwrap();
-    let (a, log) = Recorder::start();
-    let _sub = informer
-        .subscribe(a.recipient(), SubscribeOptions::default())
-        .await
-        .unwrap();
+    let informer = kind.start(K::informer(&server));
+    let (_sub, log) = kind
+        .subscribe(&informer, SubscribeOptions::default(), None)
+        .await;
     informer.wait_for_sync(SYNC).await.unwrap();
     let names: Vec<String> = server_view(&server)
         .keys()
@@ -190,10 +189,10 @@ async fn compaction_forces_relist_with_tombstones_and_no_update_storm() {
     );
 }
 
-async fn each_subscriber_resyncs_at_its_own_period(kind: Kind) {
+async fn each_subscriber_resyncs_at_its_own_period<K: Cached>(kind: Kind) {
     let server = server(10_000);
     server.seed_configmaps("default", 5).unwrap();
-    let informer = kind.start(informer(&server));
+    let informer = kind.start(K::informer(&server));
     let t0 = tokio::time::Instant::now();
     let resyncing = |secs| SubscribeOptions::default().resync(Duration::from_secs(secs));
     let (_fast, fast_log) = kind.subscribe(&informer, resyncing(1), None).await;
@@ -237,10 +236,10 @@ async fn each_subscriber_resyncs_at_its_own_period(kind: Kind) {
     assert_eq!(resyncs(&never_log), 0);
 }
 
-async fn a_subscriber_changes_its_resync_period_after_subscribing(kind: Kind) {
+async fn a_subscriber_changes_its_resync_period_after_subscribing<K: Cached>(kind: Kind) {
     let server = server(10_000);
     server.seed_configmaps("default", 5).unwrap();
-    let informer = kind.start(informer(&server));
+    let informer = kind.start(K::informer(&server));
     let (mut sub, changing_log) = kind
         .subscribe(
             &informer,
@@ -302,10 +301,10 @@ async fn a_subscriber_changes_its_resync_period_after_subscribing(kind: Kind) {
     ));
 }
 
-async fn late_subscriber_gets_a_replay_and_its_own_sync_state(kind: Kind) {
+async fn late_subscriber_gets_a_replay_and_its_own_sync_state<K: Cached>(kind: Kind) {
     let server = server(10_000);
     server.seed_configmaps("default", 300).unwrap();
-    let informer = kind.start(informer(&server));
+    let informer = kind.start(K::informer(&server));
     informer.wait_for_sync(SYNC).await.unwrap();
     let (sub, log) = kind
         .subscribe(&informer, SubscribeOptions::default().capacity(16), None)
@@ -356,10 +355,12 @@ async fn a_subscriber_that_stops_is_removed_and_others_go_on() {
     assert_eq!(informer.stats().subscribers_lost, 1);
 }
 
-async fn stalled_coalesce_subscriber_delays_nobody_and_stays_bounded_by_keys(kind: Kind) {
+async fn stalled_coalesce_subscriber_delays_nobody_and_stays_bounded_by_keys<K: Cached>(
+    kind: Kind,
+) {
     let server = server(10_000);
     server.seed_configmaps("default", 10).unwrap();
-    let informer = kind.start(informer(&server));
+    let informer = kind.start(K::informer(&server));
     let (gate_tx, gate_rx) = watch::channel(false);
     let (stalled_sub, stalled_log) = kind
         .subscribe(
@@ -411,10 +412,10 @@ fn small_fifo() -> kinformer::FifoOptions {
         .high_watermark(64)
 }
 
-async fn stalled_block_subscriber_holds_the_pipeline_with_bounded_memory(kind: Kind) {
+async fn stalled_block_subscriber_holds_the_pipeline_with_bounded_memory<K: Cached>(kind: Kind) {
     let server = server(100_000);
     server.seed_configmaps("default", 10).unwrap();
-    let informer = kind.start(informer(&server).fifo_options(small_fifo()));
+    let informer = kind.start(K::informer(&server).fifo_options(small_fifo()));
     let (gate_tx, sub, log) = gated_block_subscriber(kind, &informer, true).await;
     informer.wait_for_sync(SYNC).await.unwrap();
     // A full Block subscriber holds the whole informer back (that is its contract).
@@ -478,11 +479,11 @@ async fn stalled_block_subscriber_holds_the_pipeline_with_bounded_memory(kind: K
 /// fails (so no watch event holds the Reflector back): the DeltaFIFO stays
 /// within its high watermark plus one list (a Replace waits for room, like
 /// an Enqueue), and everything converges once the subscriber resumes.
-async fn relists_against_a_stalled_block_subscriber_do_not_pile_up(kind: Kind) {
+async fn relists_against_a_stalled_block_subscriber_do_not_pile_up<K: Cached>(kind: Kind) {
     let server = server(100_000);
     server.seed_configmaps("default", 300).unwrap();
     let informer = kind.start(
-        informer(&server)
+        K::informer(&server)
             .backoff(kinformer::Backoff::new(
                 Duration::from_millis(5),
                 Duration::from_millis(10),
@@ -532,11 +533,13 @@ async fn relists_against_a_stalled_block_subscriber_do_not_pile_up(kind: Kind) {
     converges(&server, &log, "the stalled subscriber catches up").await;
 }
 
-async fn the_initial_list_in_one_batch_reaches_a_stalled_block_subscriber_in_chunks(kind: Kind) {
+async fn the_initial_list_in_one_batch_reaches_a_stalled_block_subscriber_in_chunks<K: Cached>(
+    kind: Kind,
+) {
     let server = server(10_000);
     server.seed_configmaps("default", 3_000).unwrap();
     // Default options: the whole initial list is one batch for the Indexer.
-    let informer = kind.start(informer(&server));
+    let informer = kind.start(K::informer(&server));
     let (gate_tx, sub, log) = gated_block_subscriber(kind, &informer, false).await;
     let pending = || sub.stats().pending;
     eventually(SETTLE, "the batch is applied and delivery began", || {
@@ -560,11 +563,86 @@ async fn the_initial_list_in_one_batch_reaches_a_stalled_block_subscriber_in_chu
     );
 }
 
+/// A label selector keeps other objects out of the cache and the events,
+/// on the list and on the watch; an index on a label (metadata) answers by
+/// value.
+async fn a_label_selector_and_an_index_hold_only_what_they_select<K: Cached>(kind: Kind) {
+    let server = server(10_000);
+    let labelled = |name: &str, labels: serde_json::Value| {
+        let mut body = configmap(name, "v");
+        body["metadata"]["labels"] = labels;
+        server
+            .create("", "configmaps", Some("default"), body)
+            .expect("create configmap");
+    };
+    let selected = |tier: &str| serde_json::json!({"selected": "yes", "tier": tier});
+    labelled("a", selected("web"));
+    labelled("b", selected("db"));
+    labelled("c", serde_json::json!({"tier": "web"}));
+    let by_tier = |o: &K| {
+        Ok(o.meta()
+            .labels
+            .iter()
+            .flatten()
+            .filter(|(k, _)| *k == "tier")
+            .map(|(_, v)| v.clone())
+            .collect())
+    };
+    let informer = kind.start(
+        K::informer(&server)
+            .label_selector("selected=yes")
+            .index("tier", by_tier),
+    );
+    let (_sub, log) = kind
+        .subscribe(&informer, SubscribeOptions::default(), None)
+        .await;
+    informer.wait_for_sync(SYNC).await.unwrap();
+    let names = |objects: Vec<std::sync::Arc<K>>| {
+        let mut names: Vec<String> = objects
+            .iter()
+            .map(|o| o.meta().name.clone().unwrap_or_default())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(names(informer.store().snapshot().list()), ["a", "b"]);
+    labelled("d", selected("web"));
+    labelled("e", serde_json::json!({"tier": "web"}));
+    eventually(SETTLE, "d in the cache", || {
+        informer
+            .store()
+            .snapshot()
+            .contains(&kinformer::ObjectKey::from("default/d"))
+    })
+    .await;
+    let web = informer.store().snapshot().by_index("tier", "web").unwrap();
+    assert_eq!(names(web), ["a", "d"]);
+    // The watch delivers in order: once f (created after e) arrived, e was left out.
+    labelled("f", selected("db"));
+    eventually(SETTLE, "f reaches the subscriber", || {
+        log.lock().unwrap().view.contains_key("default/f")
+    })
+    .await;
+    let log = log.lock().unwrap();
+    let seen: std::collections::BTreeSet<&str> =
+        log.events.iter().map(|s| s.key.as_str()).collect();
+    assert_eq!(
+        seen.into_iter().collect::<Vec<_>>(),
+        ["default/a", "default/b", "default/d", "default/f"]
+    );
+}
+
+// The engine's behaviour on a metadata-only informer (`::metadata`):
+// initial sync across pages, watch adds, updates and deletes, resyncs,
+// replays, relists after a 410 with their diff, selectors and indexes.
+for_kinds!(initial_sync_across_pages_then_changes_reach_every_subscriber_in_order: actor stream closure metadata metadata_stream metadata_closure);
+for_kinds!(each_subscriber_resyncs_at_its_own_period: actor stream closure metadata);
+for_kinds!(late_subscriber_gets_a_replay_and_its_own_sync_state: actor stream closure metadata);
+for_kinds!(compaction_forces_relist_with_tombstones_and_no_update_storm: actor metadata);
+for_kinds!(a_relist_keeps_the_cached_arc_of_every_unchanged_object: actor metadata);
+for_kinds!(a_label_selector_and_an_index_hold_only_what_they_select: actor metadata);
 for_each_kind!(
-    initial_sync_across_pages_then_changes_reach_every_subscriber_in_order,
-    each_subscriber_resyncs_at_its_own_period,
     a_subscriber_changes_its_resync_period_after_subscribing,
-    late_subscriber_gets_a_replay_and_its_own_sync_state,
     stalled_coalesce_subscriber_delays_nobody_and_stays_bounded_by_keys,
     stalled_block_subscriber_holds_the_pipeline_with_bounded_memory,
     relists_against_a_stalled_block_subscriber_do_not_pile_up,
@@ -627,10 +705,12 @@ async fn too_many_requests_on_watch_backs_off_without_relist() {
 }
 
 /// Not for streams: their handling ends when the event is taken.
-async fn unsubscribe_waits_for_the_handler_in_progress_then_nothing_more_arrives(kind: Kind) {
+async fn unsubscribe_waits_for_the_handler_in_progress_then_nothing_more_arrives<K: Cached>(
+    kind: Kind,
+) {
     let server = server(10_000);
     server.seed_configmaps("default", 3).unwrap();
-    let informer = kind.start(informer(&server));
+    let informer = kind.start(K::informer(&server));
     let (gate_tx, gate_rx) = watch::channel(true);
     let (sub, log) = kind
         .subscribe(&informer, SubscribeOptions::default(), Some(gate_rx))
@@ -944,16 +1024,13 @@ async fn reflector_on_its_own_thread_delivers_the_same() {
     informer.stop().await;
 }
 
-#[actix::test]
-async fn a_relist_keeps_the_cached_arc_of_every_unchanged_object() {
+async fn a_relist_keeps_the_cached_arc_of_every_unchanged_object<K: Cached>(kind: Kind) {
     let server = server(10_000);
     server.seed_configmaps("default", 200).unwrap();
-    let informer = informer(&server).page_size(50).start().unwrap();
-    let (a, log) = Recorder::start();
-    let _sub = informer
-        .subscribe(a.recipient(), SubscribeOptions::default())
-        .await
-        .unwrap();
+    let informer = kind.start(K::informer(&server).page_size(50));
+    let (_sub, log) = kind
+        .subscribe(&informer, SubscribeOptions::default(), None)
+        .await;
     informer.wait_for_sync(SYNC).await.unwrap();
     let before = informer.store().snapshot();
     let names: Vec<String> = server_view(&server)

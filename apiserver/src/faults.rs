@@ -3,6 +3,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -77,6 +78,8 @@ struct FaultsInner {
     watch_tx: watch::Sender<WatchFaultState>,
     failures: Mutex<HashMap<Verb, VecDeque<(Failure, u32)>>>,
     latency: Mutex<Duration>,
+    /// Answer 406 to metadata-only requests (`refuse_metadata`).
+    refuse_metadata: AtomicBool,
     store: Arc<Store>,
 }
 
@@ -106,6 +109,7 @@ impl Faults {
                 watch_tx,
                 failures: Mutex::new(HashMap::new()),
                 latency: Mutex::new(Duration::ZERO),
+                refuse_metadata: AtomicBool::new(false),
                 store,
             }),
         }
@@ -144,6 +148,18 @@ impl Faults {
         *self.inner.latency.lock() = latency.min(Duration::from_secs(3600));
     }
 
+    /// Answer (or stop answering) 406 Not Acceptable to every request for
+    /// `PartialObjectMetadata` or `PartialObjectMetadataList`, as a server
+    /// or an aggregated API without metadata-only representations does.
+    pub fn refuse_metadata(&self, refuse: bool) {
+        self.inner.refuse_metadata.store(refuse, Ordering::Relaxed);
+    }
+
+    /// True while metadata-only requests are refused (`refuse_metadata`).
+    pub fn refuses_metadata(&self) -> bool {
+        self.inner.refuse_metadata.load(Ordering::Relaxed)
+    }
+
     /// Stall (or resume) every watch stream: the connection stays open but nothing is sent.
     pub fn stall_watches(&self, stalled: bool) {
         self.inner.watch_tx.send_modify(|s| s.stalled = stalled);
@@ -163,9 +179,10 @@ impl Faults {
             .send_modify(|s| s.suppress_bookmarks = suppress);
     }
 
-    /// Turn every persistent fault off (latency, stalls, bookmark suppression, close-after, queued failures).
+    /// Turn every persistent fault off (latency, stalls, bookmark suppression, close-after, queued failures, refused metadata).
     pub fn clear(&self) {
         self.inner.failures.lock().clear();
+        self.refuse_metadata(false);
         *self.inner.latency.lock() = Duration::ZERO;
         self.inner.watch_tx.send_modify(|s| {
             s.close_after_events = None;

@@ -58,15 +58,26 @@ fn ranges(accept: &str) -> Vec<MediaRange<'_>> {
         .collect()
 }
 
-fn not_acceptable() -> ApiError {
+fn not_acceptable(metadata: bool) -> ApiError {
+    let accepted = if metadata {
+        "application/json, application/json;as=Table;g=meta.k8s.io;v=v1, application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+    } else {
+        "application/json, application/json;as=Table;g=meta.k8s.io;v=v1"
+    };
     ApiError::new(
         Reason::NotAcceptable,
-        "only the following media types are accepted: application/json, application/json;as=Table;g=meta.k8s.io;v=v1, application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1",
+        format!("only the following media types are accepted: {accepted}"),
     )
 }
 
-/// The representation of a resource request; `list` for collection GETs.
-pub fn representation(accept: Option<&str>, list: bool) -> Result<Representation, ApiError> {
+/// The representation of a resource request; `list` for collection GETs;
+/// `metadata`: whether `PartialObjectMetadata(List)` is served (a test can
+/// turn it off, `Faults::refuse_metadata`).
+pub fn representation(
+    accept: Option<&str>,
+    list: bool,
+    metadata: bool,
+) -> Result<Representation, ApiError> {
     let Some(accept) = accept.filter(|a| !a.trim().is_empty()) else {
         return Ok(Representation::Object);
     };
@@ -78,16 +89,16 @@ pub fn representation(accept: Option<&str>, list: bool) -> Result<Representation
         match m.r#as {
             None => return Ok(Representation::Object),
             Some("Table") if meta_v(&m) => return Ok(Representation::Table),
-            Some("PartialObjectMetadataList") if list && meta_v(&m) => {
+            Some("PartialObjectMetadataList") if metadata && list && meta_v(&m) => {
                 return Ok(Representation::Metadata);
             }
-            Some("PartialObjectMetadata") if !list && meta_v(&m) => {
+            Some("PartialObjectMetadata") if metadata && !list && meta_v(&m) => {
                 return Ok(Representation::Metadata);
             }
             Some(_) => {}
         }
     }
-    Err(not_acceptable())
+    Err(not_acceptable(metadata))
 }
 
 /// The form of `/api` or `/apis`: aggregated when the client asks for it first and the
@@ -120,38 +131,67 @@ mod tests {
 
     #[test]
     fn resource_representations() {
-        assert_eq!(representation(None, true).unwrap(), Representation::Object);
         assert_eq!(
-            representation(Some("application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"), true).unwrap(),
+            representation(None, true, true).unwrap(),
+            Representation::Object
+        );
+        assert_eq!(
+            representation(Some("application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"), true, true).unwrap(),
             Representation::Table
         );
         let list_meta = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";
         let meta = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
         assert_eq!(
-            representation(Some(list_meta), true).unwrap(),
+            representation(Some(list_meta), true, true).unwrap(),
             Representation::Metadata
         );
         assert_eq!(
-            representation(Some(meta), false).unwrap(),
+            representation(Some(meta), false, true).unwrap(),
             Representation::Metadata
         );
-        assert_eq!(representation(Some(meta), true).unwrap_err().code, 406);
         assert_eq!(
-            representation(Some(list_meta), false).unwrap_err().code,
+            representation(Some(meta), true, true).unwrap_err().code,
             406
         );
         assert_eq!(
-            representation(Some("application/json;as=Other;g=example.com;v=v1"), false)
+            representation(Some(list_meta), false, true)
                 .unwrap_err()
                 .code,
             406
         );
         assert_eq!(
-            representation(Some("application/json;as=Other;g=x;v=v1, */*"), false).unwrap(),
+            representation(
+                Some("application/json;as=Other;g=example.com;v=v1"),
+                false,
+                true
+            )
+            .unwrap_err()
+            .code,
+            406
+        );
+        assert_eq!(
+            representation(Some("application/json;as=Other;g=x;v=v1, */*"), false, true).unwrap(),
             Representation::Object
         );
         assert_eq!(
-            representation(Some("application/vnd.kubernetes.protobuf"), false).unwrap(),
+            representation(Some("application/vnd.kubernetes.protobuf"), false, true).unwrap(),
+            Representation::Object
+        );
+        // A server without metadata-only representations refuses them (406),
+        // names only what it serves, and still honours a fallback.
+        let refused = representation(Some(list_meta), true, false).unwrap_err();
+        assert_eq!(refused.code, 406);
+        assert!(
+            !refused.message.contains("PartialObjectMetadata"),
+            "{}",
+            refused.message
+        );
+        assert_eq!(
+            representation(Some(meta), false, false).unwrap_err().code,
+            406
+        );
+        assert_eq!(
+            representation(Some(&format!("{list_meta},application/json")), true, false).unwrap(),
             Representation::Object
         );
     }

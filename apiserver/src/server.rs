@@ -309,7 +309,11 @@ async fn api_inner(state: &Arc<AppState>, req: Request) -> Result<Response, ApiE
         return Err(failure.to_error());
     }
 
-    let representation = negotiate::representation(accept(req.headers()), verb == Verb::List)?;
+    let representation = negotiate::representation(
+        accept(req.headers()),
+        verb == Verb::List,
+        !state.faults.refuses_metadata(),
+    )?;
     let answering = Answering {
         rt: &rt,
         version: &version,
@@ -763,6 +767,7 @@ async fn admin_fault(
         "stall-watches" => f.stall_watches(fb.enabled.unwrap_or(true)),
         "malformed-line" => f.inject_malformed_line(),
         "suppress-bookmarks" => f.suppress_bookmarks(fb.enabled.unwrap_or(true)),
+        "refuse-metadata" => f.refuse_metadata(fb.enabled.unwrap_or(true)),
         "clear" => f.clear(),
         other => {
             return error_response(

@@ -45,6 +45,10 @@ pub struct Variant {
     /// How kinformer's subscribers are subscribed (kinformer only).
     #[serde(default)]
     pub delivery: Delivery,
+    /// Metadata only: kinformer's `Informer::metadata`, kube-runtime's
+    /// `metadata_watcher()` (both cache `PartialObjectMeta<K>`).
+    #[serde(default)]
+    pub metadata: bool,
 }
 
 /// The kinformer subscription call under test: one variant at a time.
@@ -67,6 +71,7 @@ impl Variant {
         streaming: false,
         strip: Strip::None,
         delivery: Delivery::Each,
+        metadata: false,
     };
     /// kube-runtime with defaults.
     pub const KUBE_RUNTIME: Variant = Variant {
@@ -74,28 +79,35 @@ impl Variant {
         streaming: false,
         strip: Strip::None,
         delivery: Delivery::Each,
+        metadata: false,
     };
 
     /// The same with streaming lists.
-    pub fn streaming(mut self) -> Self {
+    pub const fn streaming(mut self) -> Self {
         self.streaming = true;
         self
     }
 
     /// The same with batched subscribers.
-    pub fn batched(mut self) -> Self {
+    pub const fn batched(mut self) -> Self {
         self.delivery = Delivery::Batched;
         self
     }
 
     /// The same with pipelined subscribers.
-    pub fn pipelined(mut self) -> Self {
+    pub const fn pipelined(mut self) -> Self {
         self.delivery = Delivery::Pipelined;
         self
     }
 
+    /// The same caching metadata only.
+    pub const fn metadata(mut self) -> Self {
+        self.metadata = true;
+        self
+    }
+
     /// The same with managedFields dropped.
-    pub fn strip(mut self, strip: Strip) -> Self {
+    pub const fn strip(mut self, strip: Strip) -> Self {
         self.strip = strip;
         self
     }
@@ -108,6 +120,9 @@ impl Variant {
         };
         if self.streaming {
             s.push_str(" (streaming list)");
+        }
+        if self.metadata {
+            s.push_str(" (metadata only)");
         }
         match self.delivery {
             Delivery::Each => {}

@@ -10,9 +10,11 @@ use actix::prelude::*;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kinformer::{
-    Cause, Event, EventBatch, Informer, InformerBuilder, SubscribeOptions, Subscription,
+    Cause, Event, EventBatch, Informer, InformerBuilder, Object, PartialObjectMeta,
+    SubscribeOptions, Subscription,
 };
 use kinformer_apiserver::{ApiServer, ServerConfig, ServerHandle};
+use kube::Resource;
 use tokio::sync::watch;
 
 /// The `kinformer` binary, isolated from the developer's environment: no
@@ -192,7 +194,7 @@ pub struct Log {
 
 impl Log {
     /// Records one event (see [`record`]).
-    pub fn record(&mut self, event: &Event<ConfigMap>) -> usize {
+    pub fn record<K: Resource>(&mut self, event: &Event<K>) -> usize {
         record_in(self, event)
     }
 
@@ -254,24 +256,24 @@ impl Actor for Recorder {
     type Context = Context<Self>;
 }
 
-fn rv(o: &ConfigMap) -> Option<String> {
-    o.metadata.resource_version.clone()
+fn rv<K: Resource>(o: &std::sync::Arc<K>) -> Option<String> {
+    o.meta().resource_version.clone()
 }
 
 impl Recorder {
     /// Records one event; returns how many were recorded so far.
-    fn record(&self, event: &Event<ConfigMap>) -> usize {
+    fn record<K: Resource>(&self, event: &Event<K>) -> usize {
         record(&self.log, event)
     }
 }
 
 /// Records one event in `log`; returns how many were recorded so far.
-fn record(log: &Mutex<Log>, event: &Event<ConfigMap>) -> usize {
+fn record<K: Resource>(log: &Mutex<Log>, event: &Event<K>) -> usize {
     record_in(&mut log.lock().unwrap(), event)
 }
 
 /// Records one event: appends it, and applies it to the rebuilt view.
-fn record_in(log: &mut Log, event: &Event<ConfigMap>) -> usize {
+fn record_in<K: Resource>(log: &mut Log, event: &Event<K>) -> usize {
     {
         let key = event.key().to_string();
         let seen = match &event {
@@ -321,20 +323,20 @@ impl Recorder {
     }
 }
 
-impl Handler<Event<ConfigMap>> for Recorder {
+impl<K: Object> Handler<Event<K>> for Recorder {
     type Result = ResponseFuture<()>;
 
-    fn handle(&mut self, event: Event<ConfigMap>, ctx: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, event: Event<K>, ctx: &mut Context<Self>) -> Self::Result {
         let n = self.record(&event);
         self.finish(n, ctx)
     }
 }
 
 /// A batched subscriber records each event of the batch in order, and the batch size.
-impl Handler<EventBatch<ConfigMap>> for Recorder {
+impl<K: Object> Handler<EventBatch<K>> for Recorder {
     type Result = ResponseFuture<()>;
 
-    fn handle(&mut self, batch: EventBatch<ConfigMap>, ctx: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, batch: EventBatch<K>, ctx: &mut Context<Self>) -> Self::Result {
         self.log.lock().unwrap().batches.push(batch.0.len());
         let mut n = 0;
         for event in &batch.0 {
@@ -370,10 +372,10 @@ impl Actor for SyncRecorder {
     type Context = Context<Self>;
 }
 
-impl Handler<Event<ConfigMap>> for SyncRecorder {
+impl<K: Object> Handler<Event<K>> for SyncRecorder {
     type Result = ();
 
-    fn handle(&mut self, event: Event<ConfigMap>, ctx: &mut Context<Self>) {
+    fn handle(&mut self, event: Event<K>, ctx: &mut Context<Self>) {
         record(&self.log, &event);
         let mut gate = self.gate.clone();
         if !*gate.borrow() {
@@ -388,7 +390,7 @@ impl Handler<Event<ConfigMap>> for SyncRecorder {
 }
 
 /// Subscribes a [`Recorder`] to `informer` and waits for its sync; returns the log.
-pub async fn subscribed(informer: &Informer<ConfigMap>) -> Arc<Mutex<Log>> {
+pub async fn subscribed<K: Object>(informer: &Informer<K>) -> Arc<Mutex<Log>> {
     let (a, log) = Recorder::start();
     informer
         .subscribe(a.recipient(), kinformer::SubscribeOptions::default())
@@ -452,6 +454,32 @@ pub fn informer(server: &ServerHandle) -> kinformer::InformerBuilder<ConfigMap> 
     ))
 }
 
+/// What an engine test caches: whole ConfigMaps, or only their metadata
+/// (a metadata-only informer, `Informer::metadata`). The tests generic over
+/// it run for both (`for_kinds!(name: actor metadata)`).
+pub trait Cached: Object {
+    /// An informer of these over ConfigMaps in `default`.
+    fn informer(server: &ServerHandle) -> InformerBuilder<Self>;
+}
+
+impl Cached for ConfigMap {
+    fn informer(server: &ServerHandle) -> InformerBuilder<Self> {
+        informer(server)
+    }
+}
+
+/// What a metadata-only informer over ConfigMaps caches.
+pub type MetadataOnly = PartialObjectMeta<ConfigMap>;
+
+impl Cached for MetadataOnly {
+    fn informer(server: &ServerHandle) -> InformerBuilder<Self> {
+        Informer::metadata(kube::Api::<ConfigMap>::namespaced(
+            client(server),
+            "default",
+        ))
+    }
+}
+
 /// Creates ConfigMap `name` in `default` with `value`.
 pub fn create(server: &ServerHandle, name: &str, value: &str) {
     server
@@ -491,15 +519,11 @@ pub fn change_during_outage(server: &ServerHandle, delete: Option<&str>, update:
 }
 
 /// A `Block` subscriber (capacity 8) of `kind` whose handling waits while its gate is closed.
-pub async fn gated_block_subscriber(
+pub async fn gated_block_subscriber<K: Object>(
     kind: Kind,
-    informer: &kinformer::Informer<ConfigMap>,
+    informer: &kinformer::Informer<K>,
     open: bool,
-) -> (
-    watch::Sender<bool>,
-    Subscription<ConfigMap>,
-    Arc<Mutex<Log>>,
-) {
+) -> (watch::Sender<bool>, Subscription<K>, Arc<Mutex<Log>>) {
     let (gate_tx, gate_rx) = watch::channel(open);
     let options = SubscribeOptions::default()
         .policy(kinformer::OverflowPolicy::Block)
@@ -521,7 +545,7 @@ pub enum Kind {
 
 impl Kind {
     /// Starts the informer where this kind of subscriber needs it.
-    pub fn start(self, builder: InformerBuilder<ConfigMap>) -> Informer<ConfigMap> {
+    pub fn start<K: Object>(self, builder: InformerBuilder<K>) -> Informer<K> {
         match self {
             Kind::Actor => builder.start().expect("start the informer"),
             Kind::Stream | Kind::Closure => builder
@@ -534,12 +558,12 @@ impl Kind {
     /// handling of an event does not finish: the actor's handler call and
     /// the closure's future wait; the stream's consumer, having taken the
     /// event, waits before it takes the next.
-    pub async fn subscribe(
+    pub async fn subscribe<K: Object>(
         self,
-        informer: &Informer<ConfigMap>,
+        informer: &Informer<K>,
         options: SubscribeOptions,
         gate: Option<watch::Receiver<bool>>,
-    ) -> (Subscription<ConfigMap>, Arc<Mutex<Log>>) {
+    ) -> (Subscription<K>, Arc<Mutex<Log>>) {
         let log = Arc::new(Mutex::new(Log::default()));
         let sub = match self {
             Kind::Actor => {
@@ -584,8 +608,9 @@ async fn wait_open(gate: Option<watch::Receiver<bool>>) {
     }
 }
 
-/// Runs an `async fn(Kind)` test once per kind of subscriber, each in the
-/// runtime that kind is for: `name::actor`, `name::stream`, `name::closure`.
+/// Runs an `async fn<K: Cached>(Kind)` test once per kind of subscriber,
+/// each in the runtime that kind is for, on whole ConfigMaps: `name::actor`,
+/// `name::stream`, `name::closure`.
 #[macro_export]
 macro_rules! for_each_kind {
     ($($name:ident),* $(,)?) => {$(
@@ -593,7 +618,10 @@ macro_rules! for_each_kind {
     )*};
 }
 
-/// Runs an `async fn(Kind)` test for the kinds listed: `for_kinds!(name: actor closure)`.
+/// Runs an `async fn<K: Cached>(Kind)` test for the kinds listed:
+/// `for_kinds!(name: actor closure metadata)`; `metadata`,
+/// `metadata_stream` and `metadata_closure` are those subscribers of a
+/// metadata-only informer.
 #[macro_export]
 macro_rules! for_kinds {
     ($name:ident: $($kind:ident)*) => {
@@ -609,21 +637,33 @@ macro_rules! for_kinds {
 #[macro_export]
 macro_rules! kind_test {
     ($name:ident, actor) => {
-        #[actix::test]
-        async fn actor() {
-            super::$name(Kind::Actor).await
-        }
+        $crate::kind_test!(@actix $name, actor, k8s_openapi::api::core::v1::ConfigMap, Actor);
     };
     ($name:ident, stream) => {
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn stream() {
-            super::$name(Kind::Stream).await
-        }
+        $crate::kind_test!(@tokio $name, stream, k8s_openapi::api::core::v1::ConfigMap, Stream);
     };
     ($name:ident, closure) => {
+        $crate::kind_test!(@tokio $name, closure, k8s_openapi::api::core::v1::ConfigMap, Closure);
+    };
+    ($name:ident, metadata) => {
+        $crate::kind_test!(@actix $name, metadata, $crate::common::MetadataOnly, Actor);
+    };
+    ($name:ident, metadata_stream) => {
+        $crate::kind_test!(@tokio $name, metadata_stream, $crate::common::MetadataOnly, Stream);
+    };
+    ($name:ident, metadata_closure) => {
+        $crate::kind_test!(@tokio $name, metadata_closure, $crate::common::MetadataOnly, Closure);
+    };
+    (@actix $name:ident, $test:ident, $object:ty, $kind:ident) => {
+        #[actix::test]
+        async fn $test() {
+            super::$name::<$object>(Kind::$kind).await
+        }
+    };
+    (@tokio $name:ident, $test:ident, $object:ty, $kind:ident) => {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn closure() {
-            super::$name(Kind::Closure).await
+        async fn $test() {
+            super::$name::<$object>(Kind::$kind).await
         }
     };
 }

@@ -21,6 +21,11 @@ pub enum Failure {
     Transport,
     /// The server does not support the request (e.g. streaming lists): 400, 404, 405, 422, 501.
     Unsupported,
+    /// 406 Not Acceptable: the server cannot answer in the representation
+    /// asked for, e.g. a metadata-only informer's `PartialObjectMetadata`
+    /// from a server (or an aggregated API) that does not serve it. Retried
+    /// with backoff, like any list failure, and recorded (status 406).
+    NotAcceptable,
     /// A line of the watch stream could not be decoded: the event is lost, so relist.
     Malformed,
     /// Anything else (500s, errors building the request, authentication).

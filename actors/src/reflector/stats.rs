@@ -88,7 +88,7 @@ impl WatchEndReason {
             Failure::ConnectionRefused => WatchEndReason::Refused,
             Failure::Transport => WatchEndReason::Transport,
             Failure::Malformed => WatchEndReason::Malformed,
-            Failure::Unsupported | Failure::Other => WatchEndReason::Other,
+            Failure::Unsupported | Failure::NotAcceptable | Failure::Other => WatchEndReason::Other,
         }
     }
 

@@ -16,6 +16,7 @@ use anyhow::Context as _;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kinformer_actors::Object;
 use kube::Api;
+use kube::core::PartialObjectMeta;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
@@ -117,6 +118,7 @@ where
 {
     let client = client(&spec.url)?;
     let api: Api<K> = Api::namespaced(client.clone(), &spec.namespace);
+    let metadata_api: Api<PartialObjectMeta<K>> = Api::namespaced(client.clone(), &spec.namespace);
     let commands = stdin_commands();
     let sampler = PeakSampler::start();
     if spec.job == Job::Decode {
@@ -135,30 +137,26 @@ where
     reset_rss_peak();
     let cpu0 = cpu_time();
     let t0 = Instant::now();
-    match spec.variant.lib {
-        Lib::Kinformer => {
+    let baseline = Baseline { heap0, cpu0, t0 };
+    let control = control.as_deref();
+    match (spec.variant.lib, spec.variant.metadata) {
+        (Lib::Kinformer, false) => {
             let under = kin::start(api, &spec).await?;
-            job(
-                &spec,
-                &under,
-                commands,
-                Baseline { heap0, cpu0, t0 },
-                &sampler,
-                control.as_deref(),
-            )
-            .await
+            job(&spec, &under, commands, baseline, &sampler, control).await
         }
-        Lib::KubeRuntime => {
+        (Lib::Kinformer, true) => {
+            let under = kin::start(metadata_api, &spec).await?;
+            job(&spec, &under, commands, baseline, &sampler, control).await
+        }
+        (Lib::KubeRuntime, false) => {
             let under = krt::start(api, &spec);
-            job(
-                &spec,
-                &under,
-                commands,
-                Baseline { heap0, cpu0, t0 },
-                &sampler,
-                control.as_deref(),
-            )
-            .await
+            job(&spec, &under, commands, baseline, &sampler, control).await
+        }
+        (Lib::KubeRuntime, true) => {
+            // kube-runtime 5's `metadata_watcher(api)` is deprecated for this,
+            // the same requests: `watcher()` over an `Api<PartialObjectMeta<K>>`.
+            let under = krt::start(metadata_api, &spec);
+            job(&spec, &under, commands, baseline, &sampler, control).await
         }
     }
 }

@@ -21,9 +21,28 @@ fn variants(kind: Kind) -> Vec<Variant> {
         v.push(Variant::KINFORMER.strip(Strip::AfterDecode));
         v.push(Variant::KUBE_RUNTIME.strip(Strip::AfterDecode));
         v.push(Variant::KINFORMER.strip(Strip::AtDecode));
+        v.extend(METADATA_VARIANTS);
     }
     v
 }
+
+/// Issue 26's metadata-only informers: kinformer's `Informer::metadata`,
+/// kube-runtime's `watcher()` over an `Api<PartialObjectMeta<K>>` (what its
+/// deprecated `metadata_watcher()` does), each with and without
+/// managedFields.
+const METADATA_VARIANTS: [Variant; 4] = [
+    Variant::KINFORMER.metadata(),
+    Variant::KUBE_RUNTIME.metadata(),
+    Variant::KINFORMER.metadata().strip(Strip::AtDecode),
+    Variant::KUBE_RUNTIME.metadata().strip(Strip::AfterDecode),
+];
+
+/// kinformer's metadata-only variants, each with the kube-runtime
+/// metadata-only variant that caches the same content.
+const METADATA_PAIRS: [(Variant, Variant); 2] = [
+    (METADATA_VARIANTS[0], METADATA_VARIANTS[1]),
+    (METADATA_VARIANTS[2], METADATA_VARIANTS[3]),
+];
 
 fn num(v: &Value, path: &[&str]) -> f64 {
     let mut cur = v;
@@ -218,6 +237,12 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
                     Variant::KUBE_RUNTIME.strip(Strip::AfterDecode),
                     true,
                 ),
+                // Issue 26 (its own bars, below): metadata only against the same
+                // content in kube-runtime, and against its full-object reflector.
+                (METADATA_PAIRS[0].0, METADATA_PAIRS[0].1, false),
+                (METADATA_PAIRS[1].0, METADATA_PAIRS[1].1, false),
+                (METADATA_PAIRS[0].0, Variant::KUBE_RUNTIME, false),
+                (METADATA_PAIRS[1].0, Variant::KUBE_RUNTIME, false),
             ];
             for (a, b, for_bar) in pairs {
                 let (ka, kb) = ((n, k.clone(), a.label()), (n, k.clone(), b.label()));
@@ -264,6 +289,14 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
             }
         }
     }
+    let mut metadata_bars = Metadata::default();
+    for &n in &scale.sync_sizes {
+        for &kind in &scale.sync_kinds {
+            metadata_bars.judge(n, kind, |key, path| {
+                summary(&(key.0, format!("{kind:?}"), key.1.label()), path).median
+            });
+        }
+    }
     section.tables = vec![table, ratios, decode_table];
     section.bars = vec![
         Bar::compared("time to synced ≤ 0.7× kube-runtime", time_ok, &time_d),
@@ -279,6 +312,7 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
             &tput_d,
         ),
     ];
+    section.bars.extend(metadata_bars.bars());
     section.raw = results
         .into_iter()
         .map(|((n, k, v), r)| serde_json::json!({"objects": n, "kind": k, "variant": v, "runs": r}))
@@ -290,4 +324,66 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
         .collect();
     server.shutdown();
     Ok(section)
+}
+
+/// Issue 26's bars on the metadata-only variants: for each, whether a
+/// comparison missed it, and the figures.
+#[derive(Default)]
+struct Metadata {
+    vs_full: (bool, Vec<String>),
+    vs_meta: (bool, Vec<String>),
+    time: (bool, Vec<String>),
+}
+
+impl Metadata {
+    /// Judges the metadata-only pairs of one size and kind; `median(key,
+    /// path)` is a figure's median (NaN when not measured).
+    fn judge(&mut self, n: usize, kind: Kind, median: impl Fn((usize, Variant), &[&str]) -> f64) {
+        const STEADY: &[&str] = &["steady_bytes_per_object"];
+        const TIME: &[&str] = &["sync_ms"];
+        let full = median((n, Variant::KUBE_RUNTIME), STEADY);
+        for (kin, krt) in METADATA_PAIRS {
+            let (steady, krt_steady) = (median((n, kin), STEADY), median((n, krt), STEADY));
+            let (t, krt_t) = (median((n, kin), TIME), median((n, krt), TIME));
+            if steady.is_nan() || krt_steady.is_nan() {
+                continue;
+            }
+            let tag = format!("{n} {kind:?} {}", kin.label());
+            let record = |bar: &mut (bool, Vec<String>), a: f64, b: f64, limit: f64, vs: &str| {
+                bar.1.push(format!("{tag} vs {vs}: {}", ratio(a, b)));
+                bar.0 |= a > limit * b;
+            };
+            if !full.is_nan() {
+                record(
+                    &mut self.vs_full,
+                    steady,
+                    full,
+                    0.15,
+                    &Variant::KUBE_RUNTIME.label(),
+                );
+            }
+            record(&mut self.vs_meta, steady, krt_steady, 1.0, &krt.label());
+            record(&mut self.time, t, krt_t, 0.7, &krt.label());
+        }
+    }
+
+    fn bars(self) -> Vec<Bar> {
+        let bar = |name: &str, (missed, details): (bool, Vec<String>)| {
+            Bar::compared(name, !missed, &details)
+        };
+        vec![
+            bar(
+                "metadata only (issue 26): steady bytes per object ≤ 0.15× kube-runtime's full-object reflector",
+                self.vs_full,
+            ),
+            bar(
+                "metadata only (issue 26): steady bytes per object ≤ 1.0× kube-runtime's metadata watcher, same content",
+                self.vs_meta,
+            ),
+            bar(
+                "metadata only (issue 26): time to synced ≤ 0.7× kube-runtime's metadata watcher",
+                self.time,
+            ),
+        ]
+    }
 }

@@ -98,6 +98,7 @@ pub(crate) fn classify_status(
             Failure::TooLargeResourceVersion
         }
         (429, _) | (_, "TooManyRequests") => Failure::TooManyRequests { retry_after },
+        (406, _) | (_, "NotAcceptable") => Failure::NotAcceptable,
         (400 | 404 | 405 | 422 | 501, _) => Failure::Unsupported,
         _ => Failure::Other,
     }
@@ -203,6 +204,10 @@ mod tests {
         assert_eq!(
             classify_status(422, "Invalid", "", None),
             Failure::Unsupported
+        );
+        assert_eq!(
+            classify_status(406, "NotAcceptable", "only the following media types", None),
+            Failure::NotAcceptable
         );
     }
 }

@@ -170,7 +170,13 @@ where
     /// delay), as a [`Failure`].
     fn failed(&self, request: &'static str, err: &kube::Error) -> Failure {
         self.failures.record_error(request, err);
-        classify(err)
+        let failure = classify(err);
+        if failure == Failure::NotAcceptable && K::metadata_api() {
+            tracing::warn!(
+                "the server does not serve this resource as PartialObjectMetadata: a metadata-only informer cannot list it"
+            );
+        }
+        failure
     }
 }
 

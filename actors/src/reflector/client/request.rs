@@ -100,4 +100,27 @@ mod tests {
         assert!(!q.contains("resourceVersion"), "{q}");
         assert!(q.contains("continue=tok") && q.contains("limit=500"), "{q}");
     }
+
+    /// A metadata-only informer's lists ask for `PartialObjectMetadataList`
+    /// (kube's `list_metadata`); full ones name no representation.
+    #[test]
+    fn metadata_lists_ask_for_partial_object_metadata() {
+        let req = PageRequest {
+            version: ListVersion::Any,
+            limit: Some(500),
+            continue_token: None,
+        };
+        let lp = page_params(&req, None, None);
+        let accept = |metadata| {
+            let req = list_request("/api/v1/pods", &lp, metadata).unwrap();
+            req.headers()
+                .get(http::header::ACCEPT)
+                .map(|v| v.to_str().unwrap().to_owned())
+        };
+        assert_eq!(
+            accept(true).as_deref(),
+            Some("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1")
+        );
+        assert!(accept(false).is_none_or(|a| !a.contains("PartialObjectMetadata")));
+    }
 }

@@ -15,6 +15,8 @@ mod object;
 mod options;
 pub mod page;
 pub mod page_decoder;
+#[cfg(test)]
+mod partial_metadata;
 mod tape;
 #[cfg(test)]
 mod testdata;
