@@ -72,6 +72,7 @@ mod informer;
 pub mod leader;
 mod own_thread;
 mod panic;
+pub mod persist;
 mod relay;
 mod store;
 mod stream;
@@ -89,6 +90,7 @@ pub use kinformer_actors::Object;
 pub use kinformer_actors::delta_fifo::{FifoOptions, FifoOrdering};
 pub use kinformer_actors::indexer::{CacheError, CacheView, IndexError, IndexFn, Snapshot};
 pub use kinformer_actors::listener::OverflowPolicy;
+pub use kinformer_actors::reflector::WarmStart;
 pub use kinformer_actors::reflector::{
     Backoff, DEFAULT_PAGE_SIZE, MIN_WATCH_TIMEOUT_FLOOR, ReflectorOptions, RequestFailure,
     WatchEndReason,
@@ -101,6 +103,7 @@ pub use leader::{
     ElectionTimings, LeaderElector, LeaderElectorBuilder, LeaderError, LeaderEvent, StepDownReason,
     StopOutcome,
 };
+pub use persist::{PersistStatus, SnapshotError};
 pub use store::Store;
 pub use stream::EventStream;
 pub use subscription::{SubscribeOptions, Subscription, SubscriptionStats};

@@ -28,20 +28,20 @@ use super::http::{HttpServer, Limits};
 /// Notification types, in label order.
 pub const TYPES: [&str; 3] = ["added", "updated", "deleted"];
 /// Causes, in label order.
-pub const CAUSES: [&str; 4] = ["initial", "watch", "relist", "resync"];
+pub const CAUSES: [&str; 5] = ["initial", "watch", "relist", "resync", "restored"];
 
-/// Which (type, cause) pairs the engine sends: adds are initial, watch or
-/// relist; updates watch, relist or resync; deletes watch or relist.
-const POSSIBLE: [[bool; 4]; 3] = [
-    [true, true, true, false],
-    [false, true, true, true],
-    [false, true, true, false],
+/// Which (type, cause) pairs the engine sends: adds are initial, watch,
+/// relist or restored; updates watch, relist or resync; deletes watch or relist.
+const POSSIBLE: [[bool; 5]; 3] = [
+    [true, true, true, false, true],
+    [false, true, true, true, false],
+    [false, true, true, false, false],
 ];
 
 /// Notifications a subscriber handled, by type and cause.
 #[derive(Debug, Default)]
 pub struct Notifications {
-    counts: [[AtomicU64; 4]; 3],
+    counts: [[AtomicU64; 5]; 3],
     tombstones: AtomicU64,
 }
 
@@ -69,7 +69,7 @@ impl Notifications {
     /// All handled notifications.
     pub fn total(&self) -> u64 {
         (0..3)
-            .flat_map(|t| (0..4).map(move |c| (t, c)))
+            .flat_map(|t| (0..CAUSES.len()).map(move |c| (t, c)))
             .map(|(t, c)| self.get(t, c))
             .sum()
     }
@@ -91,6 +91,7 @@ fn cause_index(cause: Cause) -> usize {
         Cause::Watch => 1,
         Cause::Relist => 2,
         Cause::Resync => 3,
+        Cause::Restored => 4,
     }
 }
 

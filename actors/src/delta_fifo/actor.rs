@@ -52,6 +52,13 @@ pub struct DeltaFifo<K: Resource + Send + Sync + 'static> {
     held_producers: Vec<oneshot::Sender<Result<(), FifoClosed>>>,
     synced_sent: bool,
     synced: watch::Sender<bool>,
+    /// The resourceVersion of the newest change accepted: a list's, or the
+    /// last watch event's object's (the event's own). A batch that empties
+    /// the queue brings the cache to it ([`Process::consistent_at`]).
+    accepted_rv: String,
+    /// The initial population (the first replace) is a snapshot restored from disk.
+    restored: bool,
+    replaced_once: bool,
     stats: Arc<FifoStats>,
     span: tracing::Span,
 }
@@ -74,6 +81,9 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
             held_producers: Vec::new(),
             synced_sent: false,
             synced,
+            accepted_rv: String::new(),
+            restored: false,
+            replaced_once: false,
             stats,
             span: tracing::Span::none(),
         }
@@ -130,8 +140,15 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
         }
         let receipts: Vec<PopReceipt> = batch.iter().map(|p| p.receipt.clone()).collect();
         self.in_flight = true;
+        let restored = self.restored && batch.first().is_some_and(|p| p.is_in_initial_list);
+        let consistent_at = (self.queue.pending_deltas() == 0).then(|| self.accepted_rv.clone());
+        let process = Process {
+            batch,
+            consistent_at,
+            restored,
+        };
         self.indexer
-            .send(Process(batch))
+            .send(process)
             .into_actor(self)
             .map(move |result, act, ctx| {
                 act.in_flight = false;
@@ -185,6 +202,16 @@ impl<K: Resource + Send + Sync + 'static> Handler<Enqueue<K>> for DeltaFifo<K> {
     fn handle(&mut self, Enqueue(events): Enqueue<K>, ctx: &mut Context<Self>) -> Self::Result {
         let _span = self.span.clone().entered();
         let known = self.known.snapshot();
+        let newest = events.iter().rev().find_map(|e| {
+            let (WatchDelta::Added(o) | WatchDelta::Modified(o) | WatchDelta::Deleted(o)) = e;
+            o.meta()
+                .resource_version
+                .clone()
+                .filter(|rv| !rv.is_empty())
+        });
+        if let Some(rv) = newest {
+            self.accepted_rv = rv;
+        }
         for event in events {
             let result = match event {
                 WatchDelta::Added(o) => self.queue.add(o, &known),
@@ -219,9 +246,15 @@ impl<K: Resource + Send + Sync + 'static> Handler<Replace<K>> for DeltaFifo<K> {
                 "list items without metadata.name: skipped"
             );
         }
+        // Only the first replace can be the initial population (DF-15).
+        if !self.replaced_once {
+            self.replaced_once = true;
+            self.restored = msg.restored;
+        }
         if let Err(err) = self.queue.replace(usable, &known) {
             tracing::error!(%err, rv = %msg.resource_version, "replace failed");
         }
+        self.accepted_rv = msg.resource_version;
         self.pump(ctx);
         self.answer()
     }
@@ -313,6 +346,7 @@ mod tests {
         let mut replaced = Box::pin(fifo.send(Replace {
             objects: list(340),
             resource_version: "9".into(),
+            restored: false,
         }));
         settle().await;
         assert!(

@@ -33,6 +33,9 @@ pub struct Replace<K> {
     pub objects: Vec<Arc<K>>,
     /// The list's resourceVersion.
     pub resource_version: String,
+    /// The objects are a snapshot restored from disk, not a list: as the
+    /// initial population, their adds are `Cause::Restored`.
+    pub restored: bool,
 }
 
 impl<K: 'static> Message for Replace<K> {

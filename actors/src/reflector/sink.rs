@@ -21,6 +21,16 @@ pub trait Sink<K> {
 
     /// A batch of watch events, in order.
     fn enqueue(&self, events: Vec<WatchDelta<K>>) -> impl Future<Output = Result<(), FifoClosed>>;
+
+    /// A snapshot restored from disk, at its resourceVersion, in place of
+    /// the first list. By default, a `replace`.
+    fn restore(
+        &self,
+        objects: Vec<Arc<K>>,
+        resource_version: String,
+    ) -> impl Future<Output = Result<(), FifoClosed>> {
+        self.replace(objects, resource_version)
+    }
 }
 
 impl<K: crate::Object> Sink<K> for Addr<DeltaFifo<K>> {
@@ -32,6 +42,20 @@ impl<K: crate::Object> Sink<K> for Addr<DeltaFifo<K>> {
         let replace = Replace {
             objects,
             resource_version,
+            restored: false,
+        };
+        self.send(replace).await.unwrap_or(Err(FifoClosed))
+    }
+
+    async fn restore(
+        &self,
+        objects: Vec<Arc<K>>,
+        resource_version: String,
+    ) -> Result<(), FifoClosed> {
+        let replace = Replace {
+            objects,
+            resource_version,
+            restored: true,
         };
         self.send(replace).await.unwrap_or(Err(FifoClosed))
     }
