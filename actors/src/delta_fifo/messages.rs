@@ -41,3 +41,10 @@ pub struct Replace<K> {
 impl<K: 'static> Message for Replace<K> {
     type Result = Result<(), FifoClosed>;
 }
+
+/// The watch reached this resourceVersion with no change since the last
+/// [`Enqueue`] (a bookmark): once the queue is drained, the cache is the
+/// server's state at it (see [`Process::consistent_at`](crate::indexer::Process)).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Progress(pub String);

@@ -422,6 +422,17 @@ where
                     None => break,
                 }
             }
+            // A bookmark after the batch's last event (or alone) moves the
+            // stream on with no change: the DeltaFIFO hears of it, so that a
+            // snapshot of a quiet informer keeps up with the server.
+            let last_event_rv = batch.last().and_then(|e| {
+                let (WatchDelta::Added(o) | WatchDelta::Modified(o) | WatchDelta::Deleted(o)) = e;
+                o.meta().resource_version.as_deref()
+            });
+            let progress = rvs
+                .last()
+                .filter(|rv| !rv.is_empty() && Some(rv.as_str()) != last_event_rv)
+                .cloned();
             if !batch.is_empty() {
                 // The next batch is sized like this one: at a low rate each
                 // event is a batch of its own, and a fresh 256-slot buffer per
@@ -429,6 +440,9 @@ where
                 let next = Vec::with_capacity(batch.len());
                 let events = std::mem::replace(&mut batch, next);
                 self.sink.enqueue(events).await.ok()?;
+            }
+            if let Some(rv) = progress {
+                self.sink.progress(rv);
             }
             if !rvs.is_empty() {
                 let mut st = self.state.borrow_mut();

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use actix::Addr;
 
-use crate::delta_fifo::{DeltaFifo, Enqueue, FifoClosed, Replace, WatchDelta};
+use crate::delta_fifo::{DeltaFifo, Enqueue, FifoClosed, Progress, Replace, WatchDelta};
 
 /// The receiving end of the Reflector loop. Each call completes once the
 /// sink has room (the DeltaFIFO answers only then): while it waits, the loop
@@ -21,6 +21,12 @@ pub trait Sink<K> {
 
     /// A batch of watch events, in order.
     fn enqueue(&self, events: Vec<WatchDelta<K>>) -> impl Future<Output = Result<(), FifoClosed>>;
+
+    /// The watch reached `resource_version` with no change after the last
+    /// batch (a bookmark). By default, nothing.
+    fn progress(&self, resource_version: String) {
+        let _ = resource_version;
+    }
 
     /// A snapshot restored from disk, at its resourceVersion, in place of
     /// the first list. By default, a `replace`.
@@ -62,5 +68,10 @@ impl<K: crate::Object> Sink<K> for Addr<DeltaFifo<K>> {
 
     async fn enqueue(&self, events: Vec<WatchDelta<K>>) -> Result<(), FifoClosed> {
         self.send(Enqueue(events)).await.unwrap_or(Err(FifoClosed))
+    }
+
+    /// Unanswered: after the last `enqueue`'s answer, so in order after it.
+    fn progress(&self, resource_version: String) {
+        self.do_send(Progress(resource_version));
     }
 }
