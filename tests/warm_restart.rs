@@ -32,6 +32,18 @@ fn persisted(server: &ServerHandle, dir: &PathBuf) -> InformerBuilder<ConfigMap>
         .persist(dir, "embedded")
 }
 
+/// Waits until the informer's snapshot is committed at the server's
+/// current resourceVersion.
+async fn snapshot_caught_up(server: &ServerHandle, informer: &Informer<ConfigMap>, what: &str) {
+    let rv = server.resource_version().to_string();
+    eventually(DEADLINE, what, || {
+        informer
+            .persistence()
+            .is_some_and(|p| p.resource_version == rv)
+    })
+    .await;
+}
+
 /// List requests the server answered since `mark`.
 fn lists_since(server: &ServerHandle, mark: u64) -> usize {
     let records = server.requests().since(mark);
@@ -56,15 +68,10 @@ async fn run_and_stop(server: &ServerHandle, builder: InformerBuilder<ConfigMap>
     let informer = builder.start().unwrap();
     let log = subscribed(&informer).await;
     converges(server, &log, "the first informer's view").await;
-    let rv = server.resource_version().to_string();
-    eventually(
-        DEADLINE,
+    snapshot_caught_up(
+        server,
+        &informer,
         "the snapshot at the server's resourceVersion",
-        || {
-            informer
-                .persistence()
-                .is_some_and(|p| p.resource_version == rv)
-        },
     )
     .await;
     let status = informer.persistence().unwrap();
@@ -143,13 +150,11 @@ async fn a_restart_inside_the_history_window_resumes_without_a_list() {
             ("Added", "default/new".into(), Cause::Watch, false),
         ]
     );
-    // The snapshot follows the resumed informer.
-    let rv = server.resource_version().to_string();
-    eventually(DEADLINE, "the snapshot caught up", || {
-        informer
-            .persistence()
-            .is_some_and(|p| p.resource_version == rv)
-    })
+    snapshot_caught_up(
+        &server,
+        &informer,
+        "the snapshot following the resumed informer",
+    )
     .await;
     informer.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
@@ -215,13 +220,11 @@ async fn a_truncated_or_garbled_snapshot_is_discarded_and_the_informer_lists() {
         );
         assert_eq!(count_cause(&log, Cause::Initial), 4, "{damage}");
         assert_eq!(count_cause(&log, Cause::Restored), 0, "{damage}");
-        // A fresh snapshot replaces the damaged one.
-        let rv = server.resource_version().to_string();
-        eventually(DEADLINE, "a fresh snapshot", || {
-            informer
-                .persistence()
-                .is_some_and(|p| p.resource_version == rv)
-        })
+        snapshot_caught_up(
+            &server,
+            &informer,
+            "a fresh snapshot in place of the damaged one",
+        )
         .await;
         informer.stop().await;
     }

@@ -20,16 +20,14 @@ use actix::prelude::*;
 use futures::channel::oneshot;
 use kube::Resource;
 
-use super::apply::apply_batch;
 use super::cache::Cache;
 use super::distribution::HandOut;
-use super::feed::{FeedOutlet, SnapshotFeed};
+use super::feed::{FeedOutlet, SnapshotFeed, apply_noted};
 use super::messages::{FifoSynced, ListenerStopped, Process, ResyncDue, Subscribe, Unsubscribe};
 use super::outlets::{Outlets, send_answered};
 use super::stats::IndexerStats;
 use super::sweeps::{SweepChunk, Sweeps};
 use crate::answer::Answer;
-use crate::event::Cause;
 use crate::listener::{CacheSynced, DeliverResync, Replay};
 use crate::subscriber::SubscriberId;
 
@@ -99,15 +97,7 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
         while !self.busy
             && let Some((process, reply)) = self.batches.pop_front()
         {
-            let initial = if process.restored {
-                Cause::Restored
-            } else {
-                Cause::Initial
-            };
-            let events = apply_batch(&mut self.cache, &self.stats, process.batch, initial);
-            if let Some(feed) = &mut self.feed {
-                feed.applied(&events, process.consistent_at, &self.cache);
-            }
+            let events = apply_noted(&mut self.cache, &self.stats, process, self.feed.as_mut());
             let sweeps = &self.sweeps;
             let targets = self.listeners.ids().map(|id| (id, sweeps.is_syncing(id)));
             self.hand_out(HandOut::new(events, targets.collect()), reply, ctx);

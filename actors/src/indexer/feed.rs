@@ -27,8 +27,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::Duration;
 
-use super::apply::Applied;
+use super::apply::{Applied, apply_batch};
 use super::cache::{Cache, Snapshot};
+use super::messages::Process;
+use super::stats::IndexerStats;
 use crate::event::{Cause, Event};
 use crate::key::ObjectKey;
 
@@ -124,6 +126,22 @@ impl<K> SnapshotFeed<K> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the indexer feeding the snapshot writer stopped")]
 pub struct FeedClosed;
+
+/// Applies `process` to `cache` ([`apply_batch`]) and tells `outlet`, if
+/// the informer persists, what it changed and where the cache stands.
+pub(super) fn apply_noted<K: kube::Resource + Send + Sync + 'static>(
+    cache: &mut Cache<K>,
+    stats: &IndexerStats,
+    process: Process<K>,
+    outlet: Option<&mut FeedOutlet<K>>,
+) -> Vec<Applied<K>> {
+    let initial = process.initial_cause();
+    let events = apply_batch(cache, stats, process.batch, initial);
+    if let Some(outlet) = outlet {
+        outlet.applied(&events, process.consistent_at, cache);
+    }
+    events
+}
 
 /// The Indexer's side: the keys changed since the last point offered.
 pub(super) struct FeedOutlet<K> {

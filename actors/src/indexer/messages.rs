@@ -7,6 +7,7 @@ use std::sync::Arc;
 use actix::prelude::*;
 
 use crate::delta::Popped;
+use crate::event::Cause;
 use crate::listener::{DeliveryCredit, Listener};
 use crate::subscriber::SubscriberId;
 
@@ -31,6 +32,15 @@ impl<K> Process<K> {
             batch,
             consistent_at: None,
             restored: false,
+        }
+    }
+
+    /// The cause of the adds of the initial population in this batch.
+    pub fn initial_cause(&self) -> Cause {
+        if self.restored {
+            Cause::Restored
+        } else {
+            Cause::Initial
         }
     }
 }

@@ -45,12 +45,7 @@ impl<K: crate::Object> Sink<K> for Addr<DeltaFifo<K>> {
         objects: Vec<Arc<K>>,
         resource_version: String,
     ) -> Result<(), FifoClosed> {
-        let replace = Replace {
-            objects,
-            resource_version,
-            restored: false,
-        };
-        self.send(replace).await.unwrap_or(Err(FifoClosed))
+        send_replace(self, objects, resource_version, false).await
     }
 
     async fn restore(
@@ -58,12 +53,7 @@ impl<K: crate::Object> Sink<K> for Addr<DeltaFifo<K>> {
         objects: Vec<Arc<K>>,
         resource_version: String,
     ) -> Result<(), FifoClosed> {
-        let replace = Replace {
-            objects,
-            resource_version,
-            restored: true,
-        };
-        self.send(replace).await.unwrap_or(Err(FifoClosed))
+        send_replace(self, objects, resource_version, true).await
     }
 
     async fn enqueue(&self, events: Vec<WatchDelta<K>>) -> Result<(), FifoClosed> {
@@ -74,4 +64,18 @@ impl<K: crate::Object> Sink<K> for Addr<DeltaFifo<K>> {
     fn progress(&self, resource_version: String) {
         self.do_send(Progress(resource_version));
     }
+}
+
+async fn send_replace<K: crate::Object>(
+    fifo: &Addr<DeltaFifo<K>>,
+    objects: Vec<Arc<K>>,
+    resource_version: String,
+    restored: bool,
+) -> Result<(), FifoClosed> {
+    let replace = Replace {
+        objects,
+        resource_version,
+        restored,
+    };
+    fifo.send(replace).await.unwrap_or(Err(FifoClosed))
 }
