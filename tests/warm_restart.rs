@@ -283,3 +283,51 @@ async fn an_unwritable_directory_stops_persistence_not_the_informer() {
     informer.stop().await;
     let _ = std::fs::remove_file(&blocker);
 }
+
+/// Measurement, not a check (run by hand): a cold start against a warm one
+/// at `KINFORMER_WARM_OBJECTS` ConfigMaps (default 100 000), the snapshot's
+/// size per object and the writer's cost.
+/// `/work/bin/cargo-serial test --release --test warm_restart -- --ignored --nocapture measure`
+#[actix::test]
+#[ignore]
+async fn measure_a_cold_and_a_warm_start() {
+    let n: usize = std::env::var("KINFORMER_WARM_OBJECTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
+    let server = server(10_000);
+    server.seed_configmaps("default", n).unwrap();
+    let dir = snapshot_dir("measure");
+    let started = std::time::Instant::now();
+    let informer = persisted(&server, &dir).start().unwrap();
+    informer
+        .wait_for_sync(Duration::from_secs(300))
+        .await
+        .unwrap();
+    let cold = started.elapsed();
+    snapshot_caught_up(&server, &informer, "the first snapshot").await;
+    let written = informer.persistence().unwrap();
+    informer.stop().await;
+    drop(informer);
+    let mark = server.requests().mark();
+    let started = std::time::Instant::now();
+    let informer = persisted(&server, &dir).start().unwrap();
+    informer
+        .wait_for_sync(Duration::from_secs(300))
+        .await
+        .unwrap();
+    let warm = started.elapsed();
+    let stats = informer.stats();
+    eprintln!(
+        "objects {n}: cold sync {cold:?}, warm sync {warm:?} (restore {} ms, {} lists); snapshot {} bytes ({} per object), first write {} objects, {} bytes in {} ms",
+        stats.restore_ms,
+        lists_since(&server, mark),
+        written.file_bytes,
+        written.file_bytes / n.max(1) as u64,
+        written.objects_written,
+        written.bytes_written,
+        written.write_micros / 1000,
+    );
+    informer.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
