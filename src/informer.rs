@@ -29,11 +29,13 @@ use crate::callback::call_each;
 use crate::error::InformerError;
 use crate::metadata::{MetadataScope, metadata_api};
 use crate::own_thread::run_at_home;
+use crate::persist::{PersistConfig, PersistStatus, Persistence, SnapshotIdentity};
 use crate::relay::{Handoffs, Relay};
 use crate::store::Store;
 use crate::stream::EventStream;
 use crate::subscription::{InformerLink, SubscribeOptions, Subscription, SubscriptionParts};
 use crate::wait::wait_synced;
+use kinformer_actors::reflector::WarmStart;
 
 /// Configures an [`Informer`]; see [`Informer::builder`].
 ///
@@ -62,12 +64,54 @@ pub struct InformerBuilder<K: Object> {
     default_resync: Duration,
     skip_managed_fields: bool,
     reflector_thread: bool,
+    persist: Option<PersistConfig<K>>,
 }
 
 impl<K> InformerBuilder<K>
 where
     K: Object,
 {
+    /// Keeps an on-disk snapshot of the cache in `dir` (created if needed),
+    /// and starts from it: see docs/guide.md, "Warm restart". `cluster`
+    /// names the cluster (its server URL, or any name of yours): a snapshot
+    /// is used only by an informer of the same cluster, resource, namespace,
+    /// selectors and object type ([`persist_schema`](Self::persist_schema)).
+    ///
+    /// With a valid snapshot, subscribers first get its objects as adds
+    /// with `Cause::Restored`, [`Informer::has_synced`] turns true once they
+    /// are in the cache (the state at the snapshot's resourceVersion, not yet
+    /// confirmed by the server, as a list served from a watch cache is), and
+    /// the Reflector watches from its resourceVersion: what changed since
+    /// comes as `Watch` events, or, after a 410, as `Relist` changes and
+    /// tombstones found by one list. [`InformerStats::warm_start`] says which.
+    /// A corrupt, foreign or outdated snapshot is discarded and the informer
+    /// lists; a directory that cannot be written stops persistence with an
+    /// error in [`Informer::persistence`], and the informer goes on in memory.
+    pub fn persist(mut self, dir: impl Into<std::path::PathBuf>, cluster: impl Into<String>) -> Self
+    where
+        K: serde::Serialize + serde::de::DeserializeOwned,
+    {
+        let schema = self.persist.take().map(|p| p.schema).unwrap_or_default();
+        self.persist = Some(PersistConfig {
+            dir: dir.into(),
+            cluster: cluster.into(),
+            schema,
+            encode: |o| serde_json::to_vec(o),
+            decode: |b| serde_json::from_slice(b),
+        });
+        self
+    }
+
+    /// A tag of what the cached objects are, beyond their type: change it
+    /// when a [`transform`](Self::transform) changes, so that snapshots of the
+    /// old objects are not restored. Call after [`persist`](Self::persist).
+    pub fn persist_schema(mut self, tag: impl Into<String>) -> Self {
+        if let Some(p) = &mut self.persist {
+            p.schema = tag.into();
+        }
+        self
+    }
+
     /// Both selectors at once, `None` for none (the factory's key).
     pub(crate) fn selectors(mut self, label: Option<String>, field: Option<String>) -> Self {
         if self
@@ -268,15 +312,38 @@ where
         cache.publish();
         let reader = cache.reader();
         let stats = InformerStatsInner::default();
+        let persist = self.persist.map(|config| {
+            let identity = SnapshotIdentity {
+                cluster: config.cluster.clone(),
+                resource: self.api.resource_url().to_string(),
+                label_selector: self.label_selector.clone().unwrap_or_default(),
+                field_selector: self.field_selector.clone().unwrap_or_default(),
+                object_schema: format!(
+                    "{}; skip_managed_fields={}; transform={}; {}",
+                    std::any::type_name::<K>(),
+                    self.skip_managed_fields,
+                    self.transform.is_some(),
+                    config.schema
+                ),
+            };
+            crate::persist::prepare(config, identity)
+        });
+        let (restore, persist) = match persist {
+            Some((restore, handle)) => (Some(restore), Some(handle)),
+            None => (None, None),
+        };
         let span = tracing::info_span!(
             "informer",
             resource = %self.api.resource_url(),
             labels = self.label_selector.as_deref().unwrap_or(""),
             fields = self.field_selector.as_deref().unwrap_or(""),
         );
-        let indexer = Indexer::new(cache, stats.indexer.clone())
-            .in_span(tracing::info_span!(parent: &span, "indexer"))
-            .start();
+        let mut indexer = Indexer::new(cache, stats.indexer.clone())
+            .in_span(tracing::info_span!(parent: &span, "indexer"));
+        if let Some(p) = &persist {
+            indexer = indexer.with_feed(p.feed.clone());
+        }
+        let indexer = indexer.start();
         let (synced_tx, synced) = watch::channel(false);
         let fifo = DeltaFifo::new(
             reader.clone(),
@@ -310,7 +377,7 @@ where
         let reflector_span = tracing::info_span!(parent: &span, "reflector");
         let reflector_cache = reader.clone();
         let make = move |_: &mut Context<Reflector<K>>| {
-            Reflector::new(
+            let reflector = Reflector::new(
                 source,
                 fifo_addr,
                 options,
@@ -319,7 +386,11 @@ where
                 reflector_stats,
             )
             .with_cache(reflector_cache)
-            .in_span(reflector_span)
+            .in_span(reflector_span);
+            match restore {
+                Some(restore) => reflector.with_restore(restore),
+                None => reflector,
+            }
         };
         let reflector_arbiter =
             (self.reflector_thread && System::try_current().is_some()).then(Arbiter::new);
@@ -347,6 +418,7 @@ where
                 default_resync: self.default_resync,
                 stats,
                 home,
+                persist,
             }),
         })
     }
@@ -468,6 +540,13 @@ pub struct InformerStats {
     pub index_errors: u64,
     /// Objects received by the list in progress, and the total announced (0 = unknown).
     pub list_progress: (u64, u64),
+    /// Whether the informer started from a snapshot, and what became of it
+    /// (`InformerBuilder::persist`).
+    pub warm_start: WarmStart,
+    /// Objects restored from the snapshot.
+    pub restored_objects: u64,
+    /// Milliseconds the snapshot took to read and hand over.
+    pub restore_ms: u64,
 }
 
 struct Shared<K: Object> {
@@ -490,6 +569,8 @@ struct Shared<K: Object> {
     /// ([`InformerBuilder::start_on_own_thread`]), if it owns one; stopped
     /// when the last handle is dropped.
     home: Option<System>,
+    /// The snapshot writer's handle, when the informer persists.
+    persist: Option<Persistence<K>>,
 }
 
 impl<K: Object> Shared<K> {
@@ -684,6 +765,7 @@ where
             default_resync: Duration::ZERO,
             skip_managed_fields: false,
             reflector_thread: false,
+            persist: None,
         }
     }
 
@@ -1023,15 +1105,32 @@ where
             subscribers_lost: r(&s.indexer.listeners_lost),
             index_errors: r(&s.indexer.index_errors),
             list_progress: (r(&s.reflector.list_progress), r(&s.reflector.list_total)),
+            warm_start: s.reflector.warm_start.get(),
+            restored_objects: r(&s.reflector.restored_objects),
+            restore_ms: r(&s.reflector.restore_ms),
         }
+    }
+
+    /// The state of the on-disk snapshot, if the informer persists
+    /// (`InformerBuilder::persist`): its file, the resourceVersion of its
+    /// last commit, what was written, and why it stopped, if it did.
+    pub fn persistence(&self) -> Option<PersistStatus> {
+        self.inner.persist.as_ref().map(Persistence::status)
     }
 
     /// Stops listing, watching and resyncing for good. What is already
     /// queued is still delivered; nothing new arrives. An informer cannot be
     /// restarted (SI-4). Dropping every handle to it (each `Informer` clone
     /// and each [`Subscription`]) stops it too.
+    ///
+    /// An informer that persists commits what its snapshot writer was
+    /// offered and closes the file before this returns (a new informer may
+    /// then open it).
     pub async fn stop(&self) {
         self.inner.stop();
         let _ = self.inner.reflector.send(StopReflector).await;
+        if let Some(persist) = &self.inner.persist {
+            persist.finish().await;
+        }
     }
 }

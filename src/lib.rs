@@ -77,6 +77,7 @@ pub mod leader;
 mod metadata;
 mod own_thread;
 mod panic;
+pub mod persist;
 mod relay;
 mod store;
 mod stream;
@@ -94,6 +95,7 @@ pub use kinformer_actors::Object;
 pub use kinformer_actors::delta_fifo::{FifoOptions, FifoOrdering};
 pub use kinformer_actors::indexer::{CacheError, CacheView, IndexError, IndexFn, Snapshot};
 pub use kinformer_actors::listener::OverflowPolicy;
+pub use kinformer_actors::reflector::WarmStart;
 pub use kinformer_actors::reflector::{
     Backoff, DEFAULT_PAGE_SIZE, MIN_WATCH_TIMEOUT_FLOOR, ReflectorOptions, RequestFailure,
     WatchEndReason,
@@ -109,6 +111,7 @@ pub use leader::{
     StopOutcome,
 };
 pub use metadata::{MetadataScope, metadata_api};
+pub use persist::{PersistStatus, SnapshotError};
 pub use store::Store;
 pub use stream::EventStream;
 pub use subscription::{SubscribeOptions, Subscription, SubscriptionStats};

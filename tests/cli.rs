@@ -112,6 +112,55 @@ fn run_embedded_for_5s_exits_0_with_a_summary() {
     assert!(stdout.contains("events/s"), "{stdout}");
 }
 
+/// `run --persist DIR`, twice against the same server: the first run lists
+/// and leaves a snapshot; the second restores it and resumes the watch (the
+/// server kept its history) without a list, gets the change made between
+/// the runs as a watch event, and says so in its summary.
+#[test]
+fn run_persist_restores_and_resumes_on_the_next_run() {
+    let server = ApiServer::start_in_thread(ServerConfig::default()).expect("server");
+    server.seed_configmaps("default", 50).unwrap();
+    let dir = std::env::temp_dir().join(format!("kinformer-cli-persist-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let run = || {
+        let out = run_to_end(
+            kinformer()
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .args(["run", "--server", &server.url(), "--for", "2s", "--persist"])
+                .arg(&dir),
+            Duration::from_secs(40),
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "{stdout}");
+        stdout
+    };
+    let warm = |stdout: &str| {
+        stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with("warm start:"))
+            .unwrap_or_else(|| panic!("no warm start line:\n{stdout}"))
+            .to_owned()
+    };
+    let first = run();
+    assert!(warm(&first).contains("no snapshot, listed"), "{first}");
+    server
+        .create(
+            "",
+            "configmaps",
+            Some("default"),
+            serde_json::json!({"metadata": {"name": "while-down", "namespace": "default"}}),
+        )
+        .unwrap();
+    let lists = server.requests().counts().verb("list");
+    let second = run();
+    assert!(
+        warm(&second).contains("resumed: restored 50 in"),
+        "{second}"
+    );
+    assert_eq!(server.requests().counts().verb("list"), lists, "{second}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `kinformer ARGS` with its stdout read line by line (stderr dropped).
 fn spawn_reading(args: &[&str]) -> (Child, mpsc::Receiver<String>) {
     let mut child = kinformer()

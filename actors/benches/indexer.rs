@@ -57,7 +57,7 @@ fn batches(version: u64) -> Vec<Process<ConfigMap>> {
     }
     let mut out = Vec::new();
     while !queue.is_empty() {
-        out.push(Process(queue.pop_batch(BATCH)));
+        out.push(Process::new(queue.pop_batch(BATCH)));
     }
     out
 }

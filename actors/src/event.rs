@@ -14,6 +14,13 @@ use crate::key::{DeletedObject, ObjectKey};
 pub enum Cause {
     /// Part of the initial list, or of the cache replayed to a late subscriber (SI-5).
     Initial,
+    /// Part of a cache restored from an on-disk snapshot at start
+    /// (`InformerBuilder::persist`): the state at the snapshot's
+    /// resourceVersion, not yet confirmed by the server. What changed since
+    /// follows as `Watch` events (the watch resumed) or `Relist` changes and
+    /// tombstones (the snapshot was too old: 410). A subscriber that comes
+    /// later gets the cache as `Initial` adds, as always.
+    Restored,
     /// A watch event from the server: a real change.
     Watch,
     /// Found by a relist after the watch broke (an add, a changed object, or a tombstone).
@@ -46,7 +53,7 @@ pub enum Event<K> {
         key: ObjectKey,
         /// Its state.
         object: Arc<K>,
-        /// `Initial`, `Watch` or `Relist`.
+        /// `Initial`, `Restored`, `Watch` or `Relist`.
         cause: Cause,
     },
     /// The object changed (or, with `Cause::Resync`, is replayed unchanged).
@@ -127,12 +134,13 @@ impl<K> Event<K> {
         }
     }
 
-    /// True for an `Added` that is part of the initial list (client-go's `isInInitialList`).
+    /// True for an `Added` that is part of the initial list (client-go's
+    /// `isInInitialList`), restored from a snapshot or not.
     pub fn is_initial(&self) -> bool {
         matches!(
             self,
             Event::Added {
-                cause: Cause::Initial,
+                cause: Cause::Initial | Cause::Restored,
                 ..
             }
         )

@@ -24,6 +24,8 @@ pub struct Selection {
     pub page_size: Option<u32>,
     /// Streaming lists override.
     pub streaming_lists: Option<bool>,
+    /// Snapshot directory and cluster identity (its URL), for a warm restart.
+    pub persist: Option<(std::path::PathBuf, String)>,
 }
 
 /// Starts an informer over `resource` with the engine defaults. Needs an actix runtime.
@@ -65,6 +67,9 @@ pub fn start_informer(
     }
     if let Some(f) = &selection.field_selector {
         builder = builder.field_selector(f.clone());
+    }
+    if let Some((dir, cluster)) = &selection.persist {
+        builder = builder.persist(dir, cluster.clone());
     }
     builder
         .skip_managed_fields(engine.drop_managed_fields)

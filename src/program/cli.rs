@@ -95,6 +95,11 @@ pub struct RunArgs {
     /// Embedded server: churn writes per second (overrides `embedded.churn_per_sec`).
     #[arg(long, value_name = "PER_SEC")]
     pub churn: Option<f64>,
+    /// Keep each informer's cache in a snapshot under DIR and start from it
+    /// next time: no relist inside the server's history window (sets
+    /// `engine.persist`).
+    #[arg(long, value_name = "DIR")]
+    pub persist: Option<PathBuf>,
 }
 
 impl RunArgs {
@@ -105,6 +110,10 @@ impl RunArgs {
         flags.set("observability.metrics_addr", self.metrics.as_ref());
         flags.set("embedded.seed", self.seed);
         flags.set("embedded.churn_per_sec", self.churn);
+        flags.set(
+            "engine.persist",
+            self.persist.as_ref().map(|p| p.display().to_string()),
+        );
         flags
     }
 }

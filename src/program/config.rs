@@ -157,6 +157,9 @@ pub struct EngineSettings {
     pub backoff: BackoffSettings,
     /// DeltaFIFO tuning.
     pub fifo: FifoSettings,
+    /// Keep every informer's cache in a snapshot in this directory and
+    /// start from it (warm restart; default: off).
+    pub persist: Option<PathBuf>,
 }
 
 impl Default for EngineSettings {
@@ -174,6 +177,7 @@ impl Default for EngineSettings {
             min_watch_timeout: reflector.min_watch_timeout,
             backoff: BackoffSettings::default(),
             fifo: FifoSettings::default(),
+            persist: None,
         }
     }
 }
@@ -319,6 +323,9 @@ pub struct InformerSettings {
     pub page_size: Option<u32>,
     /// Streaming lists for this informer (default: `engine.streaming_lists`).
     pub streaming_lists: Option<bool>,
+    /// Snapshot directory of this informer (warm restart; default:
+    /// `engine.persist`).
+    pub persist: Option<PathBuf>,
     /// The subscribers.
     pub subscribers: Vec<SubscriberSettings>,
 }

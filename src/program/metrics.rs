@@ -28,20 +28,20 @@ use super::http::{HttpServer, Limits};
 /// Notification types, in label order.
 pub const TYPES: [&str; 3] = ["added", "updated", "deleted"];
 /// Causes, in label order.
-pub const CAUSES: [&str; 4] = ["initial", "watch", "relist", "resync"];
+pub const CAUSES: [&str; 5] = ["initial", "watch", "relist", "resync", "restored"];
 
-/// Which (type, cause) pairs the engine sends: adds are initial, watch or
-/// relist; updates watch, relist or resync; deletes watch or relist.
-const POSSIBLE: [[bool; 4]; 3] = [
-    [true, true, true, false],
-    [false, true, true, true],
-    [false, true, true, false],
+/// Which (type, cause) pairs the engine sends: adds are initial, watch,
+/// relist or restored; updates watch, relist or resync; deletes watch or relist.
+const POSSIBLE: [[bool; 5]; 3] = [
+    [true, true, true, false, true],
+    [false, true, true, true, false],
+    [false, true, true, false, false],
 ];
 
 /// Notifications a subscriber handled, by type and cause.
 #[derive(Debug, Default)]
 pub struct Notifications {
-    counts: [[AtomicU64; 4]; 3],
+    counts: [[AtomicU64; 5]; 3],
     tombstones: AtomicU64,
 }
 
@@ -69,7 +69,7 @@ impl Notifications {
     /// All handled notifications.
     pub fn total(&self) -> u64 {
         (0..3)
-            .flat_map(|t| (0..4).map(move |c| (t, c)))
+            .flat_map(|t| (0..CAUSES.len()).map(move |c| (t, c)))
             .map(|(t, c)| self.get(t, c))
             .sum()
     }
@@ -91,6 +91,7 @@ fn cause_index(cause: Cause) -> usize {
         Cause::Watch => 1,
         Cause::Relist => 2,
         Cause::Resync => 3,
+        Cause::Restored => 4,
     }
 }
 
@@ -235,6 +236,29 @@ impl Registry {
                 gauge!(name, "informer" => inf.clone()).set(v);
             };
             g("kinformer_objects", s.objects as f64);
+            if let Some(p) = view.informer.persistence() {
+                for path in [
+                    kinformer::WarmStart::Cold,
+                    kinformer::WarmStart::Restored,
+                    kinformer::WarmStart::Resumed,
+                    kinformer::WarmStart::Relisted,
+                ] {
+                    let on = f64::from(u8::from(s.warm_start == path));
+                    gauge!("kinformer_warm_start", "informer" => inf.clone(), "path" => path.as_str())
+                        .set(on);
+                }
+                c("kinformer_snapshot_commits_total", p.commits);
+                c(
+                    "kinformer_snapshot_objects_written_total",
+                    p.objects_written,
+                );
+                c("kinformer_snapshot_discarded_total", p.discarded);
+                g("kinformer_snapshot_bytes", p.file_bytes as f64);
+                g(
+                    "kinformer_snapshot_failed",
+                    f64::from(u8::from(p.error.is_some())),
+                );
+            }
             g(
                 "kinformer_synced",
                 f64::from(u8::from(view.informer.has_synced())),
@@ -317,6 +341,27 @@ fn describe() {
     describe_gauge!(
         "kinformer_fifo_saturated",
         "1 while the DeltaFIFO holds the Reflector back (back-pressure)."
+    );
+    describe_gauge!(
+        "kinformer_warm_start",
+        "1 for the path the informer's start took: cold, restored (not confirmed yet), resumed or relisted."
+    );
+    describe_counter!(
+        "kinformer_snapshot_commits_total",
+        "Snapshot transactions committed."
+    );
+    describe_counter!(
+        "kinformer_snapshot_objects_written_total",
+        "Objects written to the snapshot."
+    );
+    describe_counter!(
+        "kinformer_snapshot_discarded_total",
+        "Snapshots discarded at start (corrupt, foreign, outdated)."
+    );
+    describe_gauge!("kinformer_snapshot_bytes", "Size of the snapshot file.");
+    describe_gauge!(
+        "kinformer_snapshot_failed",
+        "1 once persistence stopped on an error (the informer goes on in memory)."
     );
     describe_counter!(
         "kinformer_relists_total",

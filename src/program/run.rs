@@ -188,6 +188,8 @@ async fn start_all(loaded: &Loaded) -> anyhow::Result<Started> {
             field_selector: inf.field_selector.clone(),
             page_size: inf.page_size,
             streaming_lists: inf.streaming_lists,
+            persist: (inf.persist.as_ref().or(settings.engine.persist.as_ref()))
+                .map(|dir| (dir.clone(), cluster.config.cluster_url.to_string())),
         };
         let informer = start_informer(client.clone(), res, &selection, &settings.engine)?;
         span.in_scope(|| tracing::info!(namespace = ?inf.namespace, "informer started"));

@@ -193,13 +193,38 @@ impl Display {
     }
 }
 
-/// `cached N | E events/s | relists R | watch restarts W`.
+/// `cached N | E events/s | relists R | watch restarts W`, then the warm
+/// restart's path (`| resumed: restored N in T ms`) when the informer persists.
 fn informer_status(view: &InformerView, events_per_sec: f64) -> String {
     let s = view.informer.stats();
-    format!(
+    let line = format!(
         "cached {} | {:.0} events/s | relists {} | watch restarts {}",
         s.objects, events_per_sec, s.relists, s.watch_restarts
-    )
+    );
+    match view.informer.persistence() {
+        Some(p) => format!("{line} | {}", persist_status(&s, &p)),
+        None => line,
+    }
+}
+
+/// The warm restart's path and the snapshot's state, for the status line.
+pub fn persist_status(s: &kinformer::InformerStats, p: &kinformer::PersistStatus) -> String {
+    let (n, ms) = (s.restored_objects, s.restore_ms);
+    let path = match s.warm_start {
+        kinformer::WarmStart::Cold if p.discarded > 0 => "snapshot discarded, listed".to_string(),
+        kinformer::WarmStart::Cold => "no snapshot, listed".to_string(),
+        kinformer::WarmStart::Restored => {
+            format!("restored {n} in {ms} ms, not confirmed by the server yet")
+        }
+        kinformer::WarmStart::Resumed => format!("resumed: restored {n} in {ms} ms, no list"),
+        kinformer::WarmStart::Relisted => {
+            format!("relisted: restored {n} in {ms} ms, then one list (410)")
+        }
+    };
+    match &p.error {
+        Some(e) => format!("{path} | persistence stopped: {e}"),
+        None => format!("{path} | snapshot at rv {:?}", p.resource_version),
+    }
 }
 
 /// `name[resync 10s: pending P, in flight F, delivered D, resyncs R, coalesced C]`.
@@ -261,13 +286,17 @@ pub fn summary(registry: &Registry, ran: Duration) -> Vec<String> {
             s.failures,
             view.informer.last_sync_resource_version(),
         ));
+        if let Some(p) = view.informer.persistence() {
+            out.push(format!("    warm start: {}", persist_status(&s, &p)));
+        }
         for sub in &view.subscribers {
             let n = &sub.notifications;
             out.push(format!(
-                "    {}: {} notifications handled ({} initial, {} watch, {} relist, {} resync; {} tombstones)",
+                "    {}: {} notifications handled ({} initial, {} restored, {} watch, {} relist, {} resync; {} tombstones)",
                 sub.name,
                 n.total(),
                 (0..3).map(|t| n.get(t, 0)).sum::<u64>(),
+                (0..3).map(|t| n.get(t, 4)).sum::<u64>(),
                 (0..3).map(|t| n.get(t, 1)).sum::<u64>(),
                 (0..3).map(|t| n.get(t, 2)).sum::<u64>(),
                 n.resyncs(),

@@ -25,7 +25,7 @@ use kube::Resource;
 use tokio::sync::watch;
 
 use super::fifo_queue::FifoQueue;
-use super::messages::{Enqueue, FifoClosed, Replace, WatchDelta};
+use super::messages::{Enqueue, FifoClosed, Progress, Replace, WatchDelta};
 use super::options::FifoOptions;
 use crate::answer::Answer;
 use crate::delta::PopReceipt;
@@ -52,6 +52,16 @@ pub struct DeltaFifo<K: Resource + Send + Sync + 'static> {
     held_producers: Vec<oneshot::Sender<Result<(), FifoClosed>>>,
     synced_sent: bool,
     synced: watch::Sender<bool>,
+    /// The resourceVersion of the newest change accepted: a list's, or the
+    /// last watch event's object's (the event's own). A batch that empties
+    /// the queue brings the cache to it ([`Process::consistent_at`]).
+    accepted_rv: String,
+    /// `accepted_rv` moved on since the last batch that told the Indexer
+    /// where the cache stands (a bookmark with nothing queued).
+    progress_untold: bool,
+    /// The initial population (the first replace) is a snapshot restored from disk.
+    restored: bool,
+    replaced_once: bool,
     stats: Arc<FifoStats>,
     span: tracing::Span,
 }
@@ -74,6 +84,10 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
             held_producers: Vec::new(),
             synced_sent: false,
             synced,
+            accepted_rv: String::new(),
+            progress_untold: false,
+            restored: false,
+            replaced_once: false,
             stats,
             span: tracing::Span::none(),
         }
@@ -122,7 +136,10 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
             self.options.initial_batch_size
         };
         let batch = self.queue.pop_batch(most);
-        if batch.is_empty() {
+        // An empty batch only to say that the cache is at a newer
+        // resourceVersion (a bookmark), once the initial list is in.
+        let tell_progress = self.progress_untold && self.synced_sent;
+        if batch.is_empty() && !tell_progress {
             self.check_synced();
             self.release_producers();
             self.queue.release_idle_memory();
@@ -130,8 +147,18 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
         }
         let receipts: Vec<PopReceipt> = batch.iter().map(|p| p.receipt.clone()).collect();
         self.in_flight = true;
+        let restored = self.restored && batch.first().is_some_and(|p| p.is_in_initial_list);
+        let consistent_at = (self.queue.pending_deltas() == 0).then(|| self.accepted_rv.clone());
+        if consistent_at.is_some() {
+            self.progress_untold = false;
+        }
+        let process = Process {
+            batch,
+            consistent_at,
+            restored,
+        };
         self.indexer
-            .send(Process(batch))
+            .send(process)
             .into_actor(self)
             .map(move |result, act, ctx| {
                 act.in_flight = false;
@@ -185,6 +212,16 @@ impl<K: Resource + Send + Sync + 'static> Handler<Enqueue<K>> for DeltaFifo<K> {
     fn handle(&mut self, Enqueue(events): Enqueue<K>, ctx: &mut Context<Self>) -> Self::Result {
         let _span = self.span.clone().entered();
         let known = self.known.snapshot();
+        let newest = events.iter().rev().find_map(|e| {
+            let (WatchDelta::Added(o) | WatchDelta::Modified(o) | WatchDelta::Deleted(o)) = e;
+            o.meta()
+                .resource_version
+                .clone()
+                .filter(|rv| !rv.is_empty())
+        });
+        if let Some(rv) = newest {
+            self.accepted_rv = rv;
+        }
         for event in events {
             let result = match event {
                 WatchDelta::Added(o) => self.queue.add(o, &known),
@@ -197,6 +234,18 @@ impl<K: Resource + Send + Sync + 'static> Handler<Enqueue<K>> for DeltaFifo<K> {
         }
         self.pump(ctx);
         self.answer()
+    }
+}
+
+impl<K: Resource + Send + Sync + 'static> Handler<Progress> for DeltaFifo<K> {
+    type Result = ();
+
+    fn handle(&mut self, Progress(rv): Progress, ctx: &mut Context<Self>) {
+        if !rv.is_empty() && rv != self.accepted_rv {
+            self.accepted_rv = rv;
+            self.progress_untold = true;
+            self.pump(ctx);
+        }
     }
 }
 
@@ -219,9 +268,15 @@ impl<K: Resource + Send + Sync + 'static> Handler<Replace<K>> for DeltaFifo<K> {
                 "list items without metadata.name: skipped"
             );
         }
+        // Only the first replace can be the initial population (DF-15).
+        if !self.replaced_once {
+            self.replaced_once = true;
+            self.restored = msg.restored;
+        }
         if let Err(err) = self.queue.replace(usable, &known) {
             tracing::error!(%err, rv = %msg.resource_version, "replace failed");
         }
+        self.accepted_rv = msg.resource_version;
         self.pump(ctx);
         self.answer()
     }
@@ -313,6 +368,7 @@ mod tests {
         let mut replaced = Box::pin(fifo.send(Replace {
             objects: list(340),
             resource_version: "9".into(),
+            restored: false,
         }));
         settle().await;
         assert!(
@@ -330,5 +386,68 @@ mod tests {
             stats.queued_deltas.load(Ordering::SeqCst) < 64,
             "{ordering:?}"
         );
+    }
+
+    fn names(point: &crate::indexer::ConsistentPoint<ConfigMap>) -> Vec<String> {
+        let mut v: Vec<String> = point.changed.iter().map(|k| k.to_string()).collect();
+        v.sort();
+        v
+    }
+
+    /// The snapshot feed's consistent points, end to end through the
+    /// DeltaFIFO and the Indexer: a restored population is one at its
+    /// resourceVersion with no change to write; a watch batch that empties
+    /// the queue is one at its last event's resourceVersion with its keys; a
+    /// bookmark with nothing queued is one at the bookmark's, with no change.
+    #[actix::test]
+    async fn consistent_points_follow_the_queue_and_bookmarks() {
+        use crate::indexer::SnapshotFeed;
+        let cache = Cache::<ConfigMap>::new();
+        let reader = cache.reader();
+        let feed = SnapshotFeed::new();
+        let indexer = Indexer::new(cache, Arc::new(IndexerStats::default()))
+            .with_feed(feed.clone())
+            .start();
+        let fifo = DeltaFifo::new(
+            reader.clone(),
+            indexer,
+            FifoOptions::default(),
+            watch::channel(false).0,
+            Arc::new(FifoStats::default()),
+        )
+        .start();
+        let take = || {
+            feed.take(std::time::Duration::from_secs(5))
+                .unwrap()
+                .unwrap()
+        };
+        let restored = Replace {
+            objects: vec![cm("a"), cm("b")],
+            resource_version: "10".into(),
+            restored: true,
+        };
+        fifo.send(restored).await.unwrap().unwrap();
+        let point = take();
+        assert_eq!(
+            (point.resource_version.as_str(), point.snapshot.len()),
+            ("10", 2)
+        );
+        assert!(
+            point.changed.is_empty(),
+            "restored objects are on disk already"
+        );
+        let events = vec![
+            WatchDelta::Modified(crate::testing::configmap("a", "11")),
+            WatchDelta::Added(crate::testing::configmap("c", "12")),
+        ];
+        fifo.send(Enqueue(events)).await.unwrap().unwrap();
+        let point = take();
+        assert_eq!(point.resource_version, "12");
+        assert_eq!(names(&point), ["ns/a", "ns/c"]);
+        fifo.send(Progress("15".into())).await.unwrap();
+        let point = take();
+        assert_eq!(point.resource_version, "15");
+        assert!(point.changed.is_empty());
+        assert_eq!(point.snapshot.len(), 3);
     }
 }

@@ -33,8 +33,18 @@ pub struct Replace<K> {
     pub objects: Vec<Arc<K>>,
     /// The list's resourceVersion.
     pub resource_version: String,
+    /// The objects are a snapshot restored from disk, not a list: as the
+    /// initial population, their adds are `Cause::Restored`.
+    pub restored: bool,
 }
 
 impl<K: 'static> Message for Replace<K> {
     type Result = Result<(), FifoClosed>;
 }
+
+/// The watch reached this resourceVersion with no change since the last
+/// [`Enqueue`] (a bookmark): once the queue is drained, the cache is the
+/// server's state at it (see [`Process::consistent_at`](crate::indexer::Process)).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Progress(pub String);

@@ -20,15 +20,14 @@ use actix::prelude::*;
 use futures::channel::oneshot;
 use kube::Resource;
 
-use super::apply::apply_batch;
 use super::cache::Cache;
 use super::distribution::HandOut;
+use super::feed::{FeedOutlet, SnapshotFeed, apply_noted};
 use super::messages::{FifoSynced, ListenerStopped, Process, ResyncDue, Subscribe, Unsubscribe};
 use super::outlets::{Outlets, send_answered};
 use super::stats::IndexerStats;
 use super::sweeps::{SweepChunk, Sweeps};
 use crate::answer::Answer;
-use crate::delta::Popped;
 use crate::listener::{CacheSynced, DeliverResync, Replay};
 use crate::subscriber::SubscriberId;
 
@@ -39,7 +38,9 @@ pub struct Indexer<K: Resource + Send + Sync + 'static> {
     /// The DeltaFIFO synced: listeners subscribed from now on sync at once.
     upstream_synced: bool,
     /// Batches not applied yet, oldest first.
-    batches: VecDeque<(Vec<Popped<K>>, oneshot::Sender<()>)>,
+    batches: VecDeque<(Process<K>, oneshot::Sender<()>)>,
+    /// Where consistent states go for a snapshot writer, if one persists.
+    feed: Option<FeedOutlet<K>>,
     /// A chunk of a batch waits for listeners' answers: no batch is applied
     /// until it is accepted, so each listener gets the batches in order.
     busy: bool,
@@ -66,6 +67,7 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
             listeners: Outlets::new(stats.clone()),
             upstream_synced: false,
             batches: VecDeque::new(),
+            feed: None,
             busy: false,
             sweeps: Sweeps::default(),
             sweeps_resuming: false,
@@ -81,15 +83,21 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
         self
     }
 
+    /// Offers consistent cache states to a snapshot writer through `feed`.
+    pub fn with_feed(mut self, feed: Arc<SnapshotFeed<K>>) -> Self {
+        self.feed = Some(FeedOutlet::new(feed));
+        self
+    }
+
     /// Applies the waiting batches unless one waits for listeners, then
     /// sends a sweep chunk. Real work first: a batch applied now reaches
     /// each listener before any resync chunk read from the cache after it.
     fn step(&mut self, ctx: &mut Context<Self>) {
         self.sweeps.tidy();
         while !self.busy
-            && let Some((batch, reply)) = self.batches.pop_front()
+            && let Some((process, reply)) = self.batches.pop_front()
         {
-            let events = apply_batch(&mut self.cache, &self.stats, batch);
+            let events = apply_noted(&mut self.cache, &self.stats, process, self.feed.as_mut());
             let sweeps = &self.sweeps;
             let targets = self.listeners.ids().map(|id| (id, sweeps.is_syncing(id)));
             self.hand_out(HandOut::new(events, targets.collect()), reply, ctx);
@@ -211,10 +219,10 @@ impl<K: Resource + Send + Sync + 'static> Actor for Indexer<K> {
 impl<K: Resource + Send + Sync + 'static> Handler<Process<K>> for Indexer<K> {
     type Result = Answer<()>;
 
-    fn handle(&mut self, Process(batch): Process<K>, ctx: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, process: Process<K>, ctx: &mut Context<Self>) -> Self::Result {
         let _span = self.span.clone().entered();
         let (tx, rx) = oneshot::channel();
-        self.batches.push_back((batch, tx));
+        self.batches.push_back((process, tx));
         self.step(ctx);
         // Listeners with credit took it all already: answered in place.
         Answer::from_receiver(rx, ())
@@ -405,7 +413,7 @@ mod tests {
         for k in &keys {
             queue.add(cm(k), &()).unwrap();
         }
-        let processed = indexer.send(Process(queue.pop_batch(300)));
+        let processed = indexer.send(Process::new(queue.pop_batch(300)));
         let due = indexer.send(ResyncDue(vec![SubscriberId(2)]));
         until("the first chunk reached the fast subscriber", || {
             seen.lock().unwrap().len() >= CHUNK
@@ -476,7 +484,7 @@ mod tests {
         let n = 20;
         for i in 0..n {
             queue.add(cm(&format!("o{i:02}")), &()).unwrap();
-            let processed = indexer.send(Process(queue.pop_batch(1)));
+            let processed = indexer.send(Process::new(queue.pop_batch(1)));
             let answered = answered.clone();
             actix::spawn(async move {
                 processed.await.unwrap();
@@ -564,7 +572,7 @@ mod tests {
         queue.add(cm("new"), &()).unwrap();
         tokio::time::timeout(
             Duration::from_secs(5),
-            indexer.send(Process(queue.pop_batch(1))),
+            indexer.send(Process::new(queue.pop_batch(1))),
         )
         .await
         .expect("the batch is not held back by the late subscriber's replay")

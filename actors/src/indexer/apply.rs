@@ -4,8 +4,9 @@
 //! - Each delta is one cache write and then one event, oldest first (C-4);
 //!   the cache, not the delta type, tells an add from an update.
 //! - A delete is `Watch`, or `Relist` for a tombstone (final state unknown).
-//! - An add is `Initial` while the initial list is delivered, `Watch` from a
-//!   watch event, else `Relist`.
+//! - An add is `Initial` while the initial list is delivered (`Restored`
+//!   when that list is a snapshot read from disk), `Watch` from a watch
+//!   event, else `Relist`.
 //! - An update whose resourceVersion changed is a real change: `Watch`, or
 //!   `Relist` for a relist item (a `Sync` delta of a changed object
 //!   included), never a resync the resync lane may merge away.
@@ -32,15 +33,17 @@ pub(super) struct Applied<K> {
 }
 
 /// Applies a batch to `cache`, oldest first, and publishes the result once;
-/// returns its events in order.
+/// returns its events in order. `initial` is the cause of the initial
+/// list's adds: `Initial`, or `Restored` for a snapshot's.
 pub(super) fn apply_batch<K: Resource + Send + Sync + 'static>(
     cache: &mut Cache<K>,
     stats: &IndexerStats,
     batch: Vec<Popped<K>>,
+    initial: Cause,
 ) -> Vec<Applied<K>> {
     let mut events = Vec::with_capacity(batch.len());
     for popped in batch {
-        apply(cache, stats, popped, &mut events);
+        apply(cache, stats, popped, initial, &mut events);
     }
     cache.publish();
     stats.objects.store(cache.len(), Ordering::Relaxed);
@@ -62,6 +65,7 @@ fn apply<K: Resource + Send + Sync + 'static>(
     cache: &mut Cache<K>,
     stats: &IndexerStats,
     popped: Popped<K>,
+    initial: Cause,
     out: &mut Vec<Applied<K>>,
 ) {
     let Popped {
@@ -129,7 +133,7 @@ fn apply<K: Resource + Send + Sync + 'static>(
             }
             None => {
                 let cause = if is_in_initial_list {
-                    Cause::Initial
+                    initial
                 } else if delta_cause == Cause::Watch {
                     Cause::Watch
                 } else {
@@ -208,12 +212,12 @@ mod tests {
             emit_replaced: false,
         });
         queue.replace(vec![cm("a"), cm("b")], &cache).unwrap();
-        let first = apply_batch(&mut cache, &stats, pop_all(&mut queue));
+        let first = apply_batch(&mut cache, &stats, pop_all(&mut queue), Cause::Initial);
         assert_eq!(first.len(), 2);
         queue
             .replace(vec![cm_at("a", "2"), cm("b")], &cache)
             .unwrap();
-        let second = apply_batch(&mut cache, &stats, pop_all(&mut queue));
+        let second = apply_batch(&mut cache, &stats, pop_all(&mut queue), Cause::Initial);
         assert_eq!(
             summary(&second),
             [
@@ -239,7 +243,7 @@ mod tests {
         queue.update(cm_at("a", "2"), &()).unwrap();
         queue.delete(cm_at("a", "3"), &()).unwrap();
         queue.update(cm("b"), &()).unwrap();
-        let applied = apply_batch(&mut cache, &stats, pop_all(&mut queue));
+        let applied = apply_batch(&mut cache, &stats, pop_all(&mut queue), Cause::Initial);
         assert_eq!(
             summary(&applied),
             [
@@ -277,13 +281,13 @@ mod tests {
         let (mut cache, stats) = (Cache::new(), IndexerStats::default());
         let mut queue = DeltaQueue::new(DeltaQueueOptions::default());
         queue.replace(vec![cm("a")], &cache).unwrap();
-        let initial = apply_batch(&mut cache, &stats, pop_all(&mut queue));
+        let initial = apply_batch(&mut cache, &stats, pop_all(&mut queue), Cause::Initial);
         assert_eq!(
             summary(&initial),
             [("ns/a".to_string(), Cause::Initial, false)]
         );
         queue.replace(vec![cm("b")], &cache).unwrap();
-        let relist = apply_batch(&mut cache, &stats, pop_all(&mut queue));
+        let relist = apply_batch(&mut cache, &stats, pop_all(&mut queue), Cause::Initial);
         let mut got = summary(&relist);
         got.sort();
         assert_eq!(
@@ -309,9 +313,9 @@ mod tests {
         let (mut cache, stats) = (Cache::new(), IndexerStats::default());
         let mut queue = DeltaQueue::new(DeltaQueueOptions::default());
         queue.add(cm("a"), &()).unwrap();
-        apply_batch(&mut cache, &stats, pop_all(&mut queue));
+        apply_batch(&mut cache, &stats, pop_all(&mut queue), Cause::Initial);
         queue.update(cm("a"), &()).unwrap();
-        let applied = apply_batch(&mut cache, &stats, pop_all(&mut queue));
+        let applied = apply_batch(&mut cache, &stats, pop_all(&mut queue), Cause::Initial);
         assert_eq!(
             summary(&applied),
             [("ns/a".to_string(), Cause::Watch, true)]

@@ -7,11 +7,43 @@ use std::sync::Arc;
 use actix::prelude::*;
 
 use crate::delta::Popped;
+use crate::event::Cause;
 use crate::listener::{DeliveryCredit, Listener};
 use crate::subscriber::SubscriberId;
 
 /// A batch of popped deltas. Answered once the listeners accepted its events.
-pub struct Process<K>(pub Vec<Popped<K>>);
+pub struct Process<K> {
+    /// The popped keys with their deltas.
+    pub batch: Vec<Popped<K>>,
+    /// Set when this batch empties the DeltaFIFO: once it is applied, the
+    /// cache is the server's state at this resourceVersion (every change
+    /// the DeltaFIFO accepted up to it is applied, none after). A snapshot
+    /// writer commits only such states ([`SnapshotFeed`](super::SnapshotFeed)).
+    pub consistent_at: Option<String>,
+    /// The batch belongs to an initial population restored from a snapshot:
+    /// its adds are `Cause::Restored`, not `Cause::Initial`.
+    pub restored: bool,
+}
+
+impl<K> Process<K> {
+    /// A batch with no resourceVersion of its own, not restored.
+    pub fn new(batch: Vec<Popped<K>>) -> Self {
+        Process {
+            batch,
+            consistent_at: None,
+            restored: false,
+        }
+    }
+
+    /// The cause of the adds of the initial population in this batch.
+    pub fn initial_cause(&self) -> Cause {
+        if self.restored {
+            Cause::Restored
+        } else {
+            Cause::Initial
+        }
+    }
+}
 
 impl<K: 'static> Message for Process<K> {
     type Result = ();

@@ -11,11 +11,13 @@
 //! - [`messages`]: what the actor takes ([`Process`], [`FifoSynced`],
 //!   [`Subscribe`], [`Unsubscribe`], [`ListenerStopped`], [`ResyncDue`]).
 //! - [`stats`]: its live counters ([`IndexerStats`]).
+//! - [`feed`]: consistent cache states for a snapshot writer ([`SnapshotFeed`]).
 
 pub mod actor;
 mod apply;
 pub mod cache;
 mod distribution;
+pub mod feed;
 mod key_list;
 pub mod messages;
 mod outlets;
@@ -27,5 +29,6 @@ pub use cache::{
     Cache, CacheError, CacheReader, CacheView, IndexError, IndexFn, LazyEntries, LazyKeys,
     Snapshot, Upserted,
 };
+pub use feed::{ConsistentPoint, FeedClosed, SnapshotFeed};
 pub use messages::{FifoSynced, ListenerStopped, Process, ResyncDue, Subscribe, Unsubscribe};
 pub use stats::IndexerStats;

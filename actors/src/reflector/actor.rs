@@ -27,6 +27,7 @@ use super::sharing::Transform;
 use super::source::ListerWatcher;
 use super::state::{Next, ReflectorOptions, ReflectorState};
 use super::stats::ReflectorStats;
+use super::warm_start::RestoreFn;
 use crate::delta_fifo::DeltaFifo;
 use crate::indexer::CacheReader;
 
@@ -49,6 +50,8 @@ pub struct Reflector<K: crate::Object, S = KubeSource<K>> {
     rv: watch::Sender<String>,
     stats: Arc<ReflectorStats>,
     span: tracing::Span,
+    /// A snapshot for the first run to start from; taken by it.
+    restore: Option<RestoreFn<K>>,
 }
 
 impl<K, S> Reflector<K, S>
@@ -76,7 +79,15 @@ where
             rv,
             stats,
             span: tracing::Span::none(),
+            restore: None,
         }
+    }
+
+    /// The first run starts from the snapshot `restore` reads, if any,
+    /// instead of a list ([`warm_start`](super::warm_start)).
+    pub fn with_restore(mut self, restore: RestoreFn<K>) -> Self {
+        self.restore = Some(restore);
+        self
     }
 
     /// Reads the informer's cache during relists: an object listed with the
@@ -134,7 +145,8 @@ where
             self.stats.clone(),
         )
         .transform(self.transform.clone())
-        .cache(self.cache.clone());
+        .cache(self.cache.clone())
+        .restore(self.restore.take());
         let stats = self.stats.clone();
         let state = self.state.clone();
         let fut = async move {

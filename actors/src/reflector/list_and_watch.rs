@@ -29,6 +29,7 @@ use super::source::{ListerWatcher, WatchStream};
 use super::state::{Next, ReflectorState, WatchEnd};
 use super::stats::{ReflectorStats, WatchEndReason};
 use super::streaming_list::{Initial, initial_events};
+use super::warm_start::{RestoreFn, Restored, WarmStart};
 use crate::delta_fifo::WatchDelta;
 use crate::indexer::CacheReader;
 
@@ -60,6 +61,8 @@ pub struct ListAndWatch<K: Resource, S, F> {
     stats: Arc<ReflectorStats>,
     /// Uniform samples in `[0, 1)` for the state machine's jitter.
     jitter: fn() -> f64,
+    /// A snapshot to start from instead of the first list.
+    restore: Option<RestoreFn<K>>,
 }
 
 fn millis(d: Duration) -> u64 {
@@ -92,7 +95,15 @@ where
             rv,
             stats,
             jitter: rand::random::<f64>,
+            restore: None,
         }
+    }
+
+    /// Starts from the snapshot `restore` reads, if it reads one, instead of
+    /// listing ([`warm_start`](super::warm_start)).
+    pub fn restore(mut self, restore: Option<RestoreFn<K>>) -> Self {
+        self.restore = restore;
+        self
     }
 
     /// Applies `transform` to every object once, before it is shared.
@@ -185,6 +196,15 @@ where
     /// Waits `delay` (a relist's backoff), lists, then watches until a relist
     /// is needed or the sink is gone.
     pub async fn run(mut self, delay: Duration) -> Exit {
+        if let Some(restore) = self.restore.take() {
+            let started = Instant::now();
+            if let Some(restored) = restore().await {
+                if let Err(exit) = self.resume(restored, started).await {
+                    return exit;
+                }
+                return self.watch(None).await;
+            }
+        }
         if !delay.is_zero() {
             tracing::info!(?delay, "relisting after backoff");
             self.backoff(delay).await;
@@ -194,6 +214,32 @@ where
             Err(exit) => return exit,
         };
         self.watch(handed_over).await
+    }
+
+    /// Hands a restored snapshot to the sink in place of the first list;
+    /// the watch then starts from its resourceVersion.
+    async fn resume(&mut self, restored: Restored<K>, started: Instant) -> Result<(), Exit> {
+        let Restored {
+            objects,
+            resource_version,
+        } = restored;
+        let count = objects.len() as u64;
+        if self
+            .sink
+            .restore(objects, resource_version.clone())
+            .await
+            .is_err()
+        {
+            return Err(Exit::SinkClosed);
+        }
+        self.state.borrow_mut().restored(&resource_version);
+        self.publish_rv();
+        let took = started.elapsed();
+        self.stats.restored_objects.store(count, Ordering::Relaxed);
+        self.stats.restore_ms.store(millis(took), Ordering::Relaxed);
+        self.stats.warm_start.set(WarmStart::Restored);
+        tracing::info!(objects = count, rv = %resource_version, ?took, "restored the cache from its snapshot; watching from its resourceVersion");
+        Ok(())
     }
 
     /// The list phase (R-8 .. R-13), or a streaming list (R-24 .. R-27),
@@ -233,6 +279,10 @@ where
                         return Err(Exit::SinkClosed);
                     }
                     let mut st = self.state.borrow_mut();
+                    if st.resuming() {
+                        self.stats.warm_start.set(WarmStart::Relisted);
+                        tracing::info!(rv = %rv, "the snapshot was too old (410): relisted, only the differences notified");
+                    }
                     st.list_succeeded(&rv, paginated);
                     self.stats.last_failure.clear();
                     self.stats.relists.store(st.relists(), Ordering::Relaxed);
@@ -389,6 +439,17 @@ where
                     None => break,
                 }
             }
+            // A bookmark after the batch's last event (or alone) moves the
+            // stream on with no change: the DeltaFIFO hears of it, so that a
+            // snapshot of a quiet informer keeps up with the server.
+            let last_event_rv = batch.last().and_then(|e| {
+                let (WatchDelta::Added(o) | WatchDelta::Modified(o) | WatchDelta::Deleted(o)) = e;
+                o.meta().resource_version.as_deref()
+            });
+            let progress = rvs
+                .last()
+                .filter(|rv| !rv.is_empty() && Some(rv.as_str()) != last_event_rv)
+                .cloned();
             if !batch.is_empty() {
                 // The next batch is sized like this one: at a low rate each
                 // event is a batch of its own, and a fresh 256-slot buffer per
@@ -397,10 +458,18 @@ where
                 let events = std::mem::replace(&mut batch, next);
                 self.sink.enqueue(events).await.ok()?;
             }
+            if let Some(rv) = progress {
+                self.sink.progress(rv);
+            }
             if !rvs.is_empty() {
                 let mut st = self.state.borrow_mut();
+                let resuming = st.resuming();
                 for rv in rvs.drain(..) {
                     st.event_processed(&rv);
+                }
+                if resuming {
+                    self.stats.warm_start.set(WarmStart::Resumed);
+                    tracing::info!("the server had the snapshot's history: resumed without a list");
                 }
                 drop(st);
                 self.publish_rv();

@@ -15,6 +15,8 @@
 //! - [`actor`]: the supervised actor that runs the loop ([`Reflector`]).
 //! - [`messages`]: what the actor takes ([`StopReflector`]).
 //! - [`stats`], [`last_failure`]: what it reports while it runs.
+//! - [`warm_start`]: starting from a snapshot read from disk ([`Restored`],
+//!   [`WarmStart`]).
 
 pub mod actor;
 pub mod backoff;
@@ -35,6 +37,7 @@ pub mod source;
 pub mod state;
 pub mod stats;
 mod streaming_list;
+pub mod warm_start;
 
 pub use actor::{Reflector, ResourceVersionWatch};
 pub use backoff::Backoff;
@@ -56,3 +59,4 @@ pub use state::{
     ReflectorOptions, ReflectorState, VERY_SHORT_WATCH, WatchEnd, WatchRequest,
 };
 pub use stats::{ReflectorStats, WatchEndReason};
+pub use warm_start::{RestoreFn, Restored, WarmStart, WarmStartCell};

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use actix::Addr;
 
-use crate::delta_fifo::{DeltaFifo, Enqueue, FifoClosed, Replace, WatchDelta};
+use crate::delta_fifo::{DeltaFifo, Enqueue, FifoClosed, Progress, Replace, WatchDelta};
 
 /// The receiving end of the Reflector loop. Each call completes once the
 /// sink has room (the DeltaFIFO answers only then): while it waits, the loop
@@ -21,6 +21,22 @@ pub trait Sink<K> {
 
     /// A batch of watch events, in order.
     fn enqueue(&self, events: Vec<WatchDelta<K>>) -> impl Future<Output = Result<(), FifoClosed>>;
+
+    /// The watch reached `resource_version` with no change after the last
+    /// batch (a bookmark). By default, nothing.
+    fn progress(&self, resource_version: String) {
+        let _ = resource_version;
+    }
+
+    /// A snapshot restored from disk, at its resourceVersion, in place of
+    /// the first list. By default, a `replace`.
+    fn restore(
+        &self,
+        objects: Vec<Arc<K>>,
+        resource_version: String,
+    ) -> impl Future<Output = Result<(), FifoClosed>> {
+        self.replace(objects, resource_version)
+    }
 }
 
 impl<K: crate::Object> Sink<K> for Addr<DeltaFifo<K>> {
@@ -29,14 +45,37 @@ impl<K: crate::Object> Sink<K> for Addr<DeltaFifo<K>> {
         objects: Vec<Arc<K>>,
         resource_version: String,
     ) -> Result<(), FifoClosed> {
-        let replace = Replace {
-            objects,
-            resource_version,
-        };
-        self.send(replace).await.unwrap_or(Err(FifoClosed))
+        send_replace(self, objects, resource_version, false).await
+    }
+
+    async fn restore(
+        &self,
+        objects: Vec<Arc<K>>,
+        resource_version: String,
+    ) -> Result<(), FifoClosed> {
+        send_replace(self, objects, resource_version, true).await
     }
 
     async fn enqueue(&self, events: Vec<WatchDelta<K>>) -> Result<(), FifoClosed> {
         self.send(Enqueue(events)).await.unwrap_or(Err(FifoClosed))
     }
+
+    /// Unanswered: after the last `enqueue`'s answer, so in order after it.
+    fn progress(&self, resource_version: String) {
+        self.do_send(Progress(resource_version));
+    }
+}
+
+async fn send_replace<K: crate::Object>(
+    fifo: &Addr<DeltaFifo<K>>,
+    objects: Vec<Arc<K>>,
+    resource_version: String,
+    restored: bool,
+) -> Result<(), FifoClosed> {
+    let replace = Replace {
+        objects,
+        resource_version,
+        restored,
+    };
+    fifo.send(replace).await.unwrap_or(Err(FifoClosed))
 }

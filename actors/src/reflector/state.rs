@@ -163,6 +163,9 @@ pub struct ReflectorState {
     /// What is known of the server's absence, if it is away.
     outage: Outage,
     probe: bool,
+    /// A snapshot was restored and the server has not answered the watch
+    /// from its resourceVersion yet: a 410 then relists at once.
+    resuming: bool,
 }
 
 impl ReflectorState {
@@ -183,7 +186,24 @@ impl ReflectorState {
             watch_restarts: 0,
             outage: Outage::default(),
             probe: options.probe,
+            resuming: false,
         }
+    }
+
+    /// A snapshot consistent at `resource_version` was restored in place of
+    /// the first list: the next watch starts from it. Until the server
+    /// answers that watch with an event or a bookmark, a 410 (or a
+    /// resourceVersion the server does not have yet) relists at once, not
+    /// older than the snapshot ([`warm_start`](super::warm_start)).
+    pub fn restored(&mut self, resource_version: &str) {
+        self.last_sync_rv = resource_version.to_owned();
+        self.resuming = true;
+    }
+
+    /// True between [`restored`](Self::restored) and the server's first
+    /// event, bookmark or successful list.
+    pub fn resuming(&self) -> bool {
+        self.resuming
     }
 
     /// The resourceVersion of the last list or processed watch event.
@@ -240,6 +260,7 @@ impl ReflectorState {
             self.relists += 1;
         }
         self.listed_once = true;
+        self.resuming = false;
         self.rv_unavailable = false;
         self.last_sync_rv = resource_version.to_owned();
         self.outage.healthy();
@@ -312,8 +333,10 @@ impl ReflectorState {
                     Next::ListAfter(d)
                 }
             }
-            // The server's first answer after it was away (recovery).
-            Failure::Expired if back => Next::List,
+            // The server's first answer after it was away (recovery), or
+            // a restored snapshot the server no longer (or not yet) has.
+            Failure::Expired if back || self.resuming => Next::List,
+            Failure::TooLargeResourceVersion if self.resuming => Next::List,
             _ => Next::ListAfter(self.delay(failure, now, jitter)),
         }
     }
@@ -321,6 +344,7 @@ impl ReflectorState {
     /// A watch event with this resourceVersion was processed. Bookmarks count.
     pub fn event_processed(&mut self, resource_version: &str) {
         self.watch_events += 1;
+        self.resuming = false;
         self.outage.healthy();
         if !resource_version.is_empty() {
             self.last_sync_rv.clear();
@@ -689,6 +713,39 @@ mod tests {
                 streaming: false
             }
         );
+    }
+
+    /// Warm start: the watch starts at the restored resourceVersion; a 410
+    /// before the server's first answer relists at once (no backoff), not
+    /// older than the snapshot; after an event, a 410 backs off as usual.
+    #[test]
+    fn a_restored_snapshot_watches_from_its_rv_and_a_410_relists_at_once() {
+        let t = Instant::now();
+        let mut s = state();
+        s.restored("42");
+        assert!(s.resuming());
+        assert_eq!(s.watch_request(t, 0.0).resource_version, "42");
+        assert_eq!(
+            s.watch_ended(&WatchEnd::Failed(Failure::Expired), t, 0.0),
+            Next::List
+        );
+        assert_eq!(
+            s.list_request().version,
+            ListVersion::NotOlderThan("42".into())
+        );
+        assert_eq!(s.backoff().steps(), 0);
+        s.list_succeeded("50", false);
+        assert!(!s.resuming());
+        assert_eq!(s.relists(), 0, "the first list of this process");
+        let mut resumed = state();
+        resumed.restored("42");
+        resumed.watch_request(t, 0.0);
+        resumed.event_processed("43");
+        assert!(!resumed.resuming());
+        assert!(matches!(
+            resumed.watch_ended(&WatchEnd::Failed(Failure::Expired), t, 0.0),
+            Next::ListAfter(_)
+        ));
     }
 
     #[test]

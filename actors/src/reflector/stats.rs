@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::failure::Failure;
 use super::last_failure::LastFailure;
 use super::state::WatchEnd;
+use super::warm_start::WarmStartCell;
 
 /// Live counters of the Reflector, readable from any thread.
 #[derive(Debug, Default)]
@@ -35,6 +36,12 @@ pub struct ReflectorStats {
     /// The last failed request since the last successful list (give the same
     /// `Arc` to the [`ListWatch`](super::ListWatch) as its `failures`).
     pub last_failure: Arc<LastFailure>,
+    /// Whether a snapshot was restored, and what became of it.
+    pub warm_start: WarmStartCell,
+    /// Objects restored from the snapshot.
+    pub restored_objects: AtomicU64,
+    /// Milliseconds the snapshot took to read and hand to the DeltaFIFO.
+    pub restore_ms: AtomicU64,
 }
 
 /// Why a watch ended or could not be opened (a metric label).

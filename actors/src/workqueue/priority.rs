@@ -18,7 +18,7 @@ impl Priority {
     /// The priority of a key named by an event of this cause (PQ-1).
     pub fn of(cause: Cause) -> Self {
         match cause {
-            Cause::Initial | Cause::Resync => Priority::Low,
+            Cause::Initial | Cause::Restored | Cause::Resync => Priority::Low,
             Cause::Watch | Cause::Relist => Priority::Normal,
         }
     }

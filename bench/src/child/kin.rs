@@ -52,7 +52,7 @@ impl Recorder {
         let p = &self.probe;
         match event {
             Event::Added {
-                cause: Cause::Initial,
+                cause: Cause::Initial | Cause::Restored,
                 ..
             } => {
                 p.initial.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -1,0 +1,105 @@
+//! A warm start: the Reflector's first run hands a snapshot restored from
+//! disk to the sink in place of its first list, then watches from the
+//! snapshot's resourceVersion. The path it took is reported ([`WarmStart`]).
+//!
+//! - The server still has the history (the resourceVersion is inside its
+//!   watch-cache window): the watch resumes and delivers exactly what
+//!   changed meanwhile, with no list request (`resumed`).
+//! - It answers 410: the Reflector relists at once (no backoff: an old
+//!   snapshot is expected, not a fault), not older than the snapshot, and
+//!   the DeltaFIFO's replace diffs the list against the restored cache
+//!   (DF-9), so subscribers get only the real changes and tombstones
+//!   (`relisted`).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// A snapshot read from disk: the objects, and the resourceVersion they are
+/// the server's state at.
+pub struct Restored<K> {
+    /// Every object of the snapshot.
+    pub objects: Vec<Arc<K>>,
+    /// The resourceVersion the snapshot is consistent at.
+    pub resource_version: String,
+}
+
+/// Reads the snapshot when the Reflector's first run starts (`None`: there
+/// is none, or it was discarded, and the run lists as usual).
+pub type RestoreFn<K> =
+    Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = Option<Restored<K>>>>> + Send>;
+
+/// How an informer started, as far as a snapshot is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(u8)]
+pub enum WarmStart {
+    /// No snapshot was used: listed from scratch.
+    #[default]
+    Cold = 0,
+    /// A snapshot was restored; the server has not confirmed it yet.
+    Restored = 1,
+    /// The watch from the snapshot's resourceVersion delivered an event or a
+    /// bookmark: the server had the history, no list was made.
+    Resumed = 2,
+    /// The server no longer had the history (410): one list, diffed against
+    /// the restored cache.
+    Relisted = 3,
+}
+
+impl WarmStart {
+    /// The label value (`cold`, `restored`, `resumed`, `relisted`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WarmStart::Cold => "cold",
+            WarmStart::Restored => "restored",
+            WarmStart::Resumed => "resumed",
+            WarmStart::Relisted => "relisted",
+        }
+    }
+
+    fn of(v: u8) -> Self {
+        match v {
+            1 => WarmStart::Restored,
+            2 => WarmStart::Resumed,
+            3 => WarmStart::Relisted,
+            _ => WarmStart::Cold,
+        }
+    }
+}
+
+/// The [`WarmStart`] path, readable from any thread.
+#[derive(Debug, Default)]
+pub struct WarmStartCell(AtomicU8);
+
+impl WarmStartCell {
+    /// The path taken so far.
+    pub fn get(&self) -> WarmStart {
+        WarmStart::of(self.0.load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn set(&self, path: WarmStart) {
+        self.0.store(path as u8, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_path_reads_back_as_set() {
+        let cell = WarmStartCell::default();
+        assert_eq!(cell.get(), WarmStart::Cold);
+        for path in [
+            WarmStart::Restored,
+            WarmStart::Resumed,
+            WarmStart::Relisted,
+            WarmStart::Cold,
+        ] {
+            cell.set(path);
+            assert_eq!(cell.get(), path);
+            assert!(!path.as_str().is_empty());
+        }
+    }
+}

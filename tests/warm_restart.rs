@@ -1,0 +1,333 @@
+//! Warm restart (`InformerBuilder::persist`): an informer stops (as its
+//! process would), objects change meanwhile, and a new informer on the same
+//! directory starts from the snapshot. Inside the server's history window
+//! it resumes with no list request and delivers exactly what changed; after
+//! compaction it lists once and delivers only the real changes and
+//! tombstones. A damaged, foreign or unwritable snapshot never gives wrong
+//! data: the informer lists as if there were none.
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kinformer::{Cause, Informer, InformerBuilder, WarmStart};
+use kinformer_apiserver::ServerHandle;
+
+const DEADLINE: Duration = Duration::from_secs(30);
+
+/// A fresh directory for one test's snapshots.
+fn snapshot_dir(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("kinformer-warm-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn persisted(server: &ServerHandle, dir: &PathBuf) -> InformerBuilder<ConfigMap> {
+    informer(server)
+        .backoff(fast_backoff())
+        .persist(dir, "embedded")
+}
+
+/// Waits until the informer's snapshot is committed at the server's
+/// current resourceVersion.
+async fn snapshot_caught_up(server: &ServerHandle, informer: &Informer<ConfigMap>, what: &str) {
+    let rv = server.resource_version().to_string();
+    eventually(DEADLINE, what, || {
+        informer
+            .persistence()
+            .is_some_and(|p| p.resource_version == rv)
+    })
+    .await;
+}
+
+/// List requests the server answered since `mark`.
+fn lists_since(server: &ServerHandle, mark: u64) -> usize {
+    let records = server.requests().since(mark);
+    records.iter().filter(|r| r.verb == "list").count()
+}
+
+fn update(server: &ServerHandle, name: &str, value: &str) {
+    server
+        .update("", "configmaps", Some("default"), configmap(name, value))
+        .expect("update configmap");
+}
+
+fn delete(server: &ServerHandle, name: &str) {
+    server
+        .delete("", "configmaps", Some("default"), name)
+        .expect("delete configmap");
+}
+
+/// Starts a persisting informer, lets it sync and commit the server's
+/// state, then stops it (the file is closed once `stop` returns).
+async fn run_and_stop(server: &ServerHandle, builder: InformerBuilder<ConfigMap>) -> PathBuf {
+    let informer = builder.start().unwrap();
+    let log = subscribed(&informer).await;
+    converges(server, &log, "the first informer's view").await;
+    snapshot_caught_up(
+        server,
+        &informer,
+        "the snapshot at the server's resourceVersion",
+    )
+    .await;
+    let status = informer.persistence().unwrap();
+    assert!(status.error.is_none(), "{status:?}");
+    assert!(status.file_bytes > 0);
+    informer.stop().await;
+    assert!(!informer.persistence().unwrap().writing);
+    status.file
+}
+
+/// The events of `log` that are not the restored ones, as (kind, key, cause, tombstone).
+fn changes(log: &Arc<Mutex<Log>>) -> Vec<(&'static str, String, Cause, bool)> {
+    let log = log.lock().unwrap();
+    let mut v: Vec<_> = log
+        .events
+        .iter()
+        .filter(|s| s.cause != Cause::Restored)
+        .map(|s| (s.kind, s.key.clone(), s.cause, s.unknown))
+        .collect();
+    v.sort_by(|a, b| a.1.cmp(&b.1));
+    v
+}
+
+fn count_cause(log: &Arc<Mutex<Log>>, cause: Cause) -> usize {
+    log.lock().unwrap().count(|s| s.cause == cause)
+}
+
+/// Changes three objects while no informer runs: one added, one updated,
+/// one deleted.
+fn change_while_down(server: &ServerHandle, updates: usize) {
+    create(server, "new", "1");
+    for i in 0..updates {
+        update(server, "b", &format!("v{i}"));
+    }
+    delete(server, "c");
+}
+
+fn seed(server: &ServerHandle) {
+    for name in ["a", "b", "c", "d"] {
+        create(server, name, "0");
+    }
+}
+
+async fn restarted(server: &ServerHandle, dir: &PathBuf) -> (Informer<ConfigMap>, Arc<Mutex<Log>>) {
+    let informer = persisted(server, dir).start().unwrap();
+    let log = subscribed(&informer).await;
+    converges(server, &log, "the restarted informer's view").await;
+    (informer, log)
+}
+
+/// Inside the history window: the restarted informer makes no list
+/// request, its subscriber gets the snapshot as `Restored` adds and then
+/// exactly the three changes made while it was down, as watch events.
+#[actix::test]
+async fn a_restart_inside_the_history_window_resumes_without_a_list() {
+    let server = server(10_000);
+    seed(&server);
+    let dir = snapshot_dir("resume");
+    run_and_stop(&server, persisted(&server, &dir)).await;
+    change_while_down(&server, 1);
+    let mark = server.requests().mark();
+    let (informer, log) = restarted(&server, &dir).await;
+    eventually(DEADLINE, "the resume reported", || {
+        informer.stats().warm_start == WarmStart::Resumed
+    })
+    .await;
+    assert_eq!(lists_since(&server, mark), 0);
+    let stats = informer.stats();
+    assert_eq!((stats.lists, stats.restored_objects), (0, 4));
+    assert_eq!(count_cause(&log, Cause::Restored), 4);
+    assert_eq!(
+        changes(&log),
+        [
+            ("Updated", "default/b".into(), Cause::Watch, false),
+            ("Deleted", "default/c".into(), Cause::Watch, false),
+            ("Added", "default/new".into(), Cause::Watch, false),
+        ]
+    );
+    snapshot_caught_up(
+        &server,
+        &informer,
+        "the snapshot following the resumed informer",
+    )
+    .await;
+    informer.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// After compaction: the watch from the snapshot's resourceVersion gets a
+/// 410, the informer lists once, and the subscriber gets only what changed
+/// (one update for ten, the add) and a tombstone for what vanished; the
+/// unchanged objects are not notified again.
+#[actix::test]
+async fn a_restart_after_compaction_relists_once_and_notifies_only_changes() {
+    let server = server(5);
+    seed(&server);
+    let dir = snapshot_dir("relist");
+    run_and_stop(&server, persisted(&server, &dir)).await;
+    change_while_down(&server, 10);
+    let mark = server.requests().mark();
+    let (informer, log) = restarted(&server, &dir).await;
+    eventually(DEADLINE, "the relist reported", || {
+        informer.stats().warm_start == WarmStart::Relisted
+    })
+    .await;
+    assert_eq!(lists_since(&server, mark), 1);
+    assert_eq!(count_cause(&log, Cause::Restored), 4);
+    assert_eq!(
+        changes(&log),
+        [
+            ("Updated", "default/b".into(), Cause::Relist, false),
+            ("Deleted", "default/c".into(), Cause::Relist, true),
+            ("Added", "default/new".into(), Cause::Relist, false),
+        ]
+    );
+    informer.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A snapshot cut short (a crash mid-write, a full disk) or overwritten
+/// with garbage is discarded and counted; the informer lists as usual and
+/// its subscriber gets `Initial` adds, never restored ones.
+#[actix::test]
+async fn a_truncated_or_garbled_snapshot_is_discarded_and_the_informer_lists() {
+    let server = server(10_000);
+    seed(&server);
+    let dir = snapshot_dir("corrupt");
+    let file = run_and_stop(&server, persisted(&server, &dir)).await;
+    let bytes = std::fs::read(&file).unwrap();
+    let damages: [(&str, Vec<u8>); 2] = [
+        ("truncated", bytes[..bytes.len() / 2].to_vec()),
+        ("garbled", bytes.iter().map(|b| b ^ 0x5a).collect()),
+    ];
+    for (damage, content) in damages {
+        std::fs::write(&file, content).unwrap();
+        let informer = persisted(&server, &dir).start().unwrap();
+        let log = subscribed(&informer).await;
+        converges(&server, &log, damage).await;
+        let status = informer.persistence().unwrap();
+        assert_eq!(status.discarded, 1, "{damage}: {status:?}");
+        let stats = informer.stats();
+        assert_eq!(
+            (stats.warm_start, stats.lists),
+            (WarmStart::Cold, 1),
+            "{damage}"
+        );
+        assert_eq!(count_cause(&log, Cause::Initial), 4, "{damage}");
+        assert_eq!(count_cause(&log, Cause::Restored), 0, "{damage}");
+        snapshot_caught_up(
+            &server,
+            &informer,
+            "a fresh snapshot in place of the damaged one",
+        )
+        .await;
+        informer.stop().await;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A snapshot is only for its own informer: another selector, or another
+/// cluster name, lists from scratch and leaves the snapshot alone.
+#[actix::test]
+async fn a_snapshot_of_another_selector_or_cluster_is_not_used() {
+    let server = server(10_000);
+    seed(&server);
+    let dir = snapshot_dir("foreign");
+    let file = run_and_stop(&server, persisted(&server, &dir).label_selector("app=test")).await;
+    let before = std::fs::read(&file).unwrap();
+    let others = [
+        persisted(&server, &dir),
+        persisted(&server, &dir).field_selector("metadata.name!=x"),
+        informer(&server)
+            .backoff(fast_backoff())
+            .persist(&dir, "another cluster")
+            .label_selector("app=test"),
+    ];
+    for other in others {
+        let informer = other.start().unwrap();
+        let log = subscribed(&informer).await;
+        converges(&server, &log, "another informer's view").await;
+        assert_eq!(informer.stats().warm_start, WarmStart::Cold);
+        assert_eq!(count_cause(&log, Cause::Restored), 0);
+        assert_ne!(informer.persistence().unwrap().file, file);
+        informer.stop().await;
+    }
+    assert_eq!(std::fs::read(&file).unwrap(), before);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A directory that cannot be created (a file is in the way): persistence
+/// stops with a reported error; the informer syncs and runs in memory.
+#[actix::test]
+async fn an_unwritable_directory_stops_persistence_not_the_informer() {
+    let server = server(10_000);
+    seed(&server);
+    let blocker = snapshot_dir("unwritable");
+    std::fs::write(&blocker, b"a file, not a directory").unwrap();
+    let informer = persisted(&server, &blocker.join("snapshots"))
+        .start()
+        .unwrap();
+    let log = subscribed(&informer).await;
+    converges(&server, &log, "the in-memory informer's view").await;
+    eventually(DEADLINE, "the persistence error", || {
+        informer.persistence().is_some_and(|p| p.error.is_some())
+    })
+    .await;
+    create(&server, "later", "1");
+    converges(&server, &log, "a change after persistence stopped").await;
+    informer.stop().await;
+    let _ = std::fs::remove_file(&blocker);
+}
+
+/// Measurement, not a check (run by hand): a cold start against a warm one
+/// at `KINFORMER_WARM_OBJECTS` ConfigMaps (default 100 000), the snapshot's
+/// size per object and the writer's cost.
+/// `/work/bin/cargo-serial test --release --test warm_restart -- --ignored --nocapture measure`
+#[actix::test]
+#[ignore]
+async fn measure_a_cold_and_a_warm_start() {
+    let n: usize = std::env::var("KINFORMER_WARM_OBJECTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
+    let server = server(10_000);
+    server.seed_configmaps("default", n).unwrap();
+    let dir = snapshot_dir("measure");
+    let started = std::time::Instant::now();
+    let informer = persisted(&server, &dir).start().unwrap();
+    informer
+        .wait_for_sync(Duration::from_secs(300))
+        .await
+        .unwrap();
+    let cold = started.elapsed();
+    snapshot_caught_up(&server, &informer, "the first snapshot").await;
+    let written = informer.persistence().unwrap();
+    informer.stop().await;
+    drop(informer);
+    let mark = server.requests().mark();
+    let started = std::time::Instant::now();
+    let informer = persisted(&server, &dir).start().unwrap();
+    informer
+        .wait_for_sync(Duration::from_secs(300))
+        .await
+        .unwrap();
+    let warm = started.elapsed();
+    let stats = informer.stats();
+    eprintln!(
+        "objects {n}: cold sync {cold:?}, warm sync {warm:?} (restore {} ms, {} lists); snapshot {} bytes ({} per object), first write {} objects, {} bytes in {} ms",
+        stats.restore_ms,
+        lists_since(&server, mark),
+        written.file_bytes,
+        written.file_bytes / n.max(1) as u64,
+        written.objects_written,
+        written.bytes_written,
+        written.write_micros / 1000,
+    );
+    informer.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
