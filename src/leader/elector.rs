@@ -211,6 +211,11 @@ impl LeaderElector {
         self.events.subscribe()
     }
 
+    /// The events' sender, for a controller to hand out receivers.
+    pub(crate) fn event_sender(&self) -> broadcast::Sender<LeaderEvent> {
+        self.events.clone()
+    }
+
     /// Stops gracefully: steps down at once, then clears the Lease's holder
     /// so a successor takes over at its next try (LE-8; client-go's
     /// `ReleaseOnCancel`). Stop the guarded work first: once released,
