@@ -209,7 +209,10 @@ async fn ctl_10_only_the_leader_reconciles_and_a_standby_takes_over_every_key_on
             .is_some()
     })
     .await;
-    assert_eq!(replicas[standby].controller.reconcile_metrics().reconciles, 0);
+    assert_eq!(
+        replicas[standby].controller.reconcile_metrics().reconciles,
+        0
+    );
     assert!(calls.by(sid, started).is_empty(), "the standby reconciled");
     let mut events = replicas[standby].controller.leader_events().unwrap();
 
@@ -234,7 +237,10 @@ async fn ctl_10_only_the_leader_reconciles_and_a_standby_takes_over_every_key_on
         .min()
         .unwrap();
     let bound = TIMINGS.lease_duration + TIMINGS.max_retry_wait() + SLACK;
-    eprintln!("kill to first reconcile by the new leader: {:?}", first - died);
+    eprintln!(
+        "kill to first reconcile by the new leader: {:?}",
+        first - died
+    );
     assert!(first - died <= bound, "{:?} > {bound:?}", first - died);
     let old = replicas[leader].controller.reconcile_metrics();
     assert_eq!(old.cancelled_out_of_scope, 1, "{old:?}");
@@ -299,7 +305,11 @@ async fn ctl_11_a_graceful_stop_of_the_leader_hands_over_within_a_retry() {
         .min()
         .unwrap();
     let bound = TIMINGS.max_retry_wait() + SLACK;
-    assert!(first - released <= bound, "{:?} > {bound:?}", first - released);
+    assert!(
+        first - released <= bound,
+        "{:?} > {bound:?}",
+        first - released
+    );
     calls.assert_never_concurrent();
     let mut b = b;
     b.elector.take().unwrap().stop().await.unwrap();

@@ -326,10 +326,8 @@ impl<K: Object> Controller<K> {
             last_known: last_known.clone(),
             shard_key: self.shard_key,
         };
-        let channels = ScopeChannels::new(
-            self.scope
-                .unwrap_or_else(|| watch::channel(Scope::All).1),
-        );
+        let channels =
+            ScopeChannels::new(self.scope.unwrap_or_else(|| watch::channel(Scope::All).1));
         let shared = FeederShared {
             closed: Arc::new(AtomicBool::new(false)),
             mapper_panics: Arc::new(AtomicU64::new(0)),
