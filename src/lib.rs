@@ -73,6 +73,7 @@ pub mod leader;
 mod own_thread;
 mod panic;
 mod relay;
+pub mod shard;
 mod store;
 mod stream;
 mod subscription;

@@ -4,6 +4,8 @@
 //! (lease 1 s, renew deadline 0.6 s, retry 0.2 s); bounds follow LE-11.
 
 mod common;
+#[path = "support/reconciles.rs"]
+mod reconciles;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -15,6 +17,7 @@ use kinformer::Informer;
 use kinformer::controller::{Action, Controller, ControllerHandle, Request};
 use kinformer::leader::{ElectionTimings, LeaderElector, LeaderEvent};
 use kinformer_apiserver::ServerHandle;
+use reconciles::Calls;
 use tokio::time::Instant;
 
 const TIMINGS: ElectionTimings = ElectionTimings {
@@ -25,77 +28,6 @@ const TIMINGS: ElectionTimings = ElectionTimings {
 const WAIT: Duration = Duration::from_secs(20);
 /// What scheduling and requests to the in-process server may add to a bound.
 const SLACK: Duration = Duration::from_millis(500);
-
-/// One reconcile: which replica, which key, when it ran (open while running).
-#[derive(Debug, Clone)]
-struct Call {
-    replica: &'static str,
-    key: String,
-    started: Instant,
-    ended: Option<Instant>,
-}
-
-/// Every reconcile of every replica. A reconcile's end is recorded when its
-/// future ends or is dropped (cancelled).
-#[derive(Default)]
-struct Calls(Mutex<Vec<Call>>);
-
-struct Running<'a>(&'a Calls, usize);
-
-impl Drop for Running<'_> {
-    fn drop(&mut self) {
-        self.0.0.lock().unwrap()[self.1].ended = Some(Instant::now());
-    }
-}
-
-impl Calls {
-    fn begin(&self, replica: &'static str, key: &str) -> Running<'_> {
-        let mut calls = self.0.lock().unwrap();
-        calls.push(Call {
-            replica,
-            key: key.to_owned(),
-            started: Instant::now(),
-            ended: None,
-        });
-        Running(self, calls.len() - 1)
-    }
-
-    fn all(&self) -> Vec<Call> {
-        self.0.lock().unwrap().clone()
-    }
-
-    /// Reconciles per key by `replica` (ended or not) since `since`.
-    fn by(&self, replica: &str, since: Instant) -> BTreeMap<String, usize> {
-        let mut out = BTreeMap::new();
-        for c in self.all() {
-            if c.replica == replica && c.started >= since {
-                *out.entry(c.key).or_default() += 1;
-            }
-        }
-        out
-    }
-
-    /// CTL-11: no key was reconciled by two replicas at once.
-    fn assert_never_concurrent(&self) {
-        let calls = self.all();
-        let now = Instant::now();
-        for (i, a) in calls.iter().enumerate() {
-            for b in &calls[i + 1..] {
-                if a.key != b.key || a.replica == b.replica {
-                    continue;
-                }
-                let (ea, eb) = (a.ended.unwrap_or(now), b.ended.unwrap_or(now));
-                assert!(
-                    ea <= b.started || eb <= a.started,
-                    "{} reconciled by {} and {} at once: {a:?} {b:?}",
-                    a.key,
-                    a.replica,
-                    b.replica
-                );
-            }
-        }
-    }
-}
 
 /// One replica: an informer, an elector, and a controller run under it.
 struct Replica {
@@ -129,7 +61,7 @@ async fn replica(
             let calls = calls.clone();
             let held = *hold.lock().unwrap() == Some((identity, req.key.name().to_owned()));
             async move {
-                let _running = calls.begin(identity, req.key.name());
+                let _running = calls.begin(identity, req.key.name(), None);
                 if held {
                     std::future::pending::<()>().await;
                 }
@@ -229,13 +161,7 @@ async fn ctl_10_only_the_leader_reconciles_and_a_standby_takes_over_every_key_on
         calls.by(sid, died) == once_each(&keys)
     })
     .await;
-    let first = calls
-        .all()
-        .iter()
-        .filter(|c| c.replica == sid)
-        .map(|c| c.started)
-        .min()
-        .unwrap();
+    let first = calls.first_by(sid, died).unwrap();
     let bound = TIMINGS.lease_duration + TIMINGS.max_retry_wait() + SLACK;
     eprintln!(
         "kill to first reconcile by the new leader: {:?}",
@@ -297,13 +223,7 @@ async fn ctl_11_a_graceful_stop_of_the_leader_hands_over_within_a_retry() {
         calls.by("b", released) == once_each(&keys)
     })
     .await;
-    let first = calls
-        .all()
-        .iter()
-        .filter(|c| c.replica == "b")
-        .map(|c| c.started)
-        .min()
-        .unwrap();
+    let first = calls.first_by("b", released).unwrap();
     let bound = TIMINGS.max_retry_wait() + SLACK;
     assert!(
         first - released <= bound,

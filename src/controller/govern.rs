@@ -11,6 +11,7 @@ use tokio::sync::watch;
 
 use super::scope::{self, Ownership, Scope, ScopeChannels};
 use super::worker::Phase;
+use crate::shard::Assignment;
 
 /// What [`govern`] moves.
 pub(crate) struct Governed<K> {
@@ -84,6 +85,35 @@ pub(crate) fn leader_scope(mut leading: watch::Receiver<bool>) -> watch::Receive
             }
             let now = *leading.borrow_and_update();
             tx.send_replace(of(now));
+        }
+    });
+    rx
+}
+
+/// The scope of a sharded controller (CTL-10): the keys `assignment` gives
+/// this replica now. Ends when the member does (its assignment is then
+/// nothing).
+pub(crate) fn shard_scope(mut assignment: watch::Receiver<Assignment>) -> watch::Receiver<Scope> {
+    let of = |a: &Assignment| {
+        if a.is_nothing() {
+            Scope::Nothing
+        } else {
+            let a = a.clone();
+            Scope::Keys(Arc::new(move |key: &ObjectKey| a.owns(key.as_str())))
+        }
+    };
+    let (tx, rx) = watch::channel(of(&assignment.borrow_and_update()));
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                r = assignment.changed() => if r.is_err() {
+                    tx.send_replace(Scope::Nothing);
+                    return;
+                },
+                () = tx.closed() => return,
+            }
+            let now = of(&assignment.borrow_and_update());
+            tx.send_replace(now);
         }
     });
     rx

@@ -135,9 +135,10 @@ pub use request::{Action, Request};
 use crate::error::InformerError;
 use crate::informer::{Informer, can_start_actors};
 use crate::leader::LeaderElector;
+use crate::shard::ShardMember;
 use crate::subscription::Subscription;
 use feed::{Feeder, Keys, Mapper, OwnerKind, feeder_options};
-use govern::{Governed, govern, leader_scope};
+use govern::{Governed, govern, leader_scope, shard_scope};
 use handle::{Leadership, Source};
 use last_known::LastKnown;
 use metrics::ReconcileStats;
@@ -270,6 +271,30 @@ impl<K: Object> Controller<K> {
                 Ok(Box::new(source) as Box<dyn Source>)
             })
         }));
+        self
+    }
+
+    /// Reconcile only the keys `member`'s shard assignment gives this
+    /// replica (CTL-10..CTL-12, SH-1..SH-8): every replica's informers run
+    /// and sync; a key is taken only while it is ours, its reconcile is
+    /// cancelled at once when it is handed over, and the keys gained on a
+    /// membership change are all queued once. Keys are sharded by
+    /// `namespace/name`, or by what [`shard_key`](Self::shard_key) maps an
+    /// object to. There is no fencing: reconciles must be idempotent.
+    pub fn sharded(mut self, member: &ShardMember) -> Self {
+        self.scope = Some(shard_scope(member.assignment()));
+        self
+    }
+
+    /// Shard an object by another key than its own, e.g. its controller
+    /// owner's, so dependents land on their owner's replica: `map` answers
+    /// the key to shard by (`None`: the object's own). Read from the cached
+    /// object, or a deleted one's last known state.
+    pub fn shard_key(
+        mut self,
+        map: impl Fn(&K) -> Option<ObjectKey> + Send + Sync + 'static,
+    ) -> Self {
+        self.shard_key = Some(Arc::new(map));
         self
     }
 
