@@ -21,14 +21,13 @@
 #[path = "support/replicas.rs"]
 mod support;
 
-use std::path::PathBuf;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use k8s_openapi::api::coordination::v1::Lease;
 use kinformer::leader::{ElectionTimings, LeaderElector, LeaderEvent};
-use support::{Cluster, Replicas, Target};
+use support::{Cluster, Mode, Replicas, Target};
 use tokio::sync::broadcast::error::RecvError;
 
 const LEASE_NAME: &str = "kinformer-leader-demo";
@@ -44,18 +43,10 @@ const TAKEOVER_LIMIT: Duration = Duration::from_secs(20);
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    match args.as_slice() {
-        [] => demo(Target::Embedded),
-        ["--kubeconfig"] => demo(Target::Kubeconfig(None)),
-        ["--kubeconfig", path] => demo(Target::Kubeconfig(Some(PathBuf::from(path)))),
-        ["replica"] => replica(ElectionTimings::default()).await,
-        ["replica", "--fast"] => replica(FAST).await,
-        other => bail!(
-            "unexpected arguments {other:?}: run without arguments, with \
-             `--kubeconfig [PATH]`, or `replica`"
-        ),
+    match support::mode()? {
+        Mode::Demo(target) => demo(target),
+        Mode::Replica { fast: false } => replica(ElectionTimings::default()).await,
+        Mode::Replica { fast: true } => replica(FAST).await,
     }
 }
 

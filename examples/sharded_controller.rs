@@ -22,7 +22,6 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
@@ -34,7 +33,7 @@ use kinformer::controller::{Action, Controller, Request};
 use kinformer::leader::ElectionTimings;
 use kinformer::shard::ShardMember;
 use kube::api::{ObjectMeta, PostParams};
-use support::{Cluster, Replicas, Target};
+use support::{Cluster, Mode, Replicas, Target};
 
 const GROUP: &str = "kinformer-shard-demo";
 const LABEL: (&str, &str) = ("kinformer.example/shard-demo", "true");
@@ -49,18 +48,10 @@ const LIMIT: Duration = Duration::from_secs(30);
 
 #[actix::main]
 async fn main() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    match args.as_slice() {
-        [] => demo(Target::Embedded).await,
-        ["--kubeconfig"] => demo(Target::Kubeconfig(None)).await,
-        ["--kubeconfig", path] => demo(Target::Kubeconfig(Some(PathBuf::from(path)))).await,
-        ["replica"] => replica(ElectionTimings::default()).await,
-        ["replica", "--fast"] => replica(FAST).await,
-        other => bail!(
-            "unexpected arguments {other:?}: run without arguments, with \
-             `--kubeconfig [PATH]`, or `replica`"
-        ),
+    match support::mode()? {
+        Mode::Demo(target) => demo(target).await,
+        Mode::Replica { fast: false } => replica(ElectionTimings::default()).await,
+        Mode::Replica { fast: true } => replica(FAST).await,
     }
 }
 

@@ -6,8 +6,8 @@
 //! at once. Shard Lease timings are short (1 s, 0.6 s, 0.2 s).
 
 mod common;
-#[path = "support/reconciles.rs"]
-mod reconciles;
+#[path = "support/replicas.rs"]
+mod replicas;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -16,19 +16,12 @@ use std::time::Duration;
 use common::{create, eventually, informer, server};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kinformer::controller::{Action, Controller, ControllerHandle, Request};
-use kinformer::leader::ElectionTimings;
 use kinformer::shard::ShardMember;
 use kinformer::shard::rendezvous::owner;
 use kinformer_apiserver::ServerHandle;
-use reconciles::Calls;
+use replicas::{Calls, TIMINGS, WAIT};
 use tokio::time::Instant;
 
-const TIMINGS: ElectionTimings = ElectionTimings {
-    lease_duration: Duration::from_secs(1),
-    renew_deadline: Duration::from_millis(600),
-    retry_period: Duration::from_millis(200),
-};
-const WAIT: Duration = Duration::from_secs(20);
 const KEYS: usize = 40;
 
 struct Replica {

@@ -4,8 +4,8 @@
 //! (lease 1 s, renew deadline 0.6 s, retry 0.2 s); bounds follow LE-11.
 
 mod common;
-#[path = "support/reconciles.rs"]
-mod reconciles;
+#[path = "support/replicas.rs"]
+mod replicas;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -15,17 +15,11 @@ use common::{create, eventually, informer, server};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kinformer::Informer;
 use kinformer::controller::{Action, Controller, ControllerHandle, Request};
-use kinformer::leader::{ElectionTimings, LeaderElector, LeaderEvent};
+use kinformer::leader::{LeaderElector, LeaderEvent};
 use kinformer_apiserver::ServerHandle;
-use reconciles::Calls;
+use replicas::{Calls, TIMINGS, WAIT};
 use tokio::time::Instant;
 
-const TIMINGS: ElectionTimings = ElectionTimings {
-    lease_duration: Duration::from_secs(1),
-    renew_deadline: Duration::from_millis(600),
-    retry_period: Duration::from_millis(200),
-};
-const WAIT: Duration = Duration::from_secs(20);
 /// What scheduling and requests to the in-process server may add to a bound.
 const SLACK: Duration = Duration::from_millis(500);
 

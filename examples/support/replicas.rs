@@ -13,6 +13,31 @@ use std::time::Instant;
 use anyhow::Context;
 use kinformer_apiserver::{ApiServer, ServerConfig, ServerHandle};
 
+/// What an example's command line asks for.
+pub enum Mode {
+    /// The demo: replica processes against `Target`.
+    Demo(Target),
+    /// One replica; `fast`: the demo's short timings.
+    Replica { fast: bool },
+}
+
+/// The command line: nothing, `--kubeconfig [PATH]`, or `replica [--fast]`.
+pub fn mode() -> anyhow::Result<Mode> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Ok(match args.as_slice() {
+        [] => Mode::Demo(Target::Embedded),
+        ["--kubeconfig"] => Mode::Demo(Target::Kubeconfig(None)),
+        ["--kubeconfig", path] => Mode::Demo(Target::Kubeconfig(Some(PathBuf::from(path)))),
+        ["replica"] => Mode::Replica { fast: false },
+        ["replica", "--fast"] => Mode::Replica { fast: true },
+        other => anyhow::bail!(
+            "unexpected arguments {other:?}: run without arguments, with \
+             `--kubeconfig [PATH]`, or `replica`"
+        ),
+    })
+}
+
 /// Where the replicas run.
 pub enum Target {
     /// The embedded API server, started here.

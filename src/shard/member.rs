@@ -11,12 +11,14 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use tokio::sync::{oneshot, watch};
-use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use super::assignment::Assignment;
 use super::membership::{GROUP_LABEL, Membership, Write, Written};
-use crate::leader::{ElectionTimings, LeaderError, StopMode, StopOutcome, default_identity};
+use crate::leader::stopper::Stopper;
+use crate::leader::{
+    ElectionTimings, Finished, LeaderError, StopMode, StopOutcome, default_identity,
+};
 
 fn now() -> Instant {
     tokio::time::Instant::now().into_std()
@@ -87,8 +89,7 @@ impl ShardMemberBuilder {
             lease_name,
             assignment,
             members,
-            stop: Some(stop_tx),
-            task: Some(task),
+            stopper: Stopper::new(stop_tx, task),
         })
     }
 }
@@ -111,8 +112,7 @@ pub struct ShardMember {
     lease_name: String,
     assignment: watch::Receiver<Assignment>,
     members: watch::Receiver<Vec<String>>,
-    stop: Option<oneshot::Sender<StopMode>>,
-    task: Option<JoinHandle<StopOutcome>>,
+    stopper: Stopper,
 }
 
 impl ShardMember {
@@ -158,23 +158,13 @@ impl ShardMember {
     /// first if its reconciles in progress should finish rather than be
     /// cancelled.
     pub async fn stop(mut self) -> Result<StopOutcome, LeaderError> {
-        self.finish(StopMode::Release).await
+        self.stopper.release().await
     }
 
     /// Leaves without releasing, as a crash would: the others take its keys
     /// once its Lease expired for them.
     pub async fn abandon(mut self) {
-        let _ = self.finish(StopMode::Abandon).await;
-    }
-
-    async fn finish(&mut self, mode: StopMode) -> Result<StopOutcome, LeaderError> {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(mode);
-        }
-        let Some(task) = self.task.take() else {
-            return Ok(StopOutcome::NotHolding);
-        };
-        task.await.map_err(|e| LeaderError::Task(e.to_string()))
+        let _ = self.stopper.finish(StopMode::Abandon).await;
     }
 }
 
@@ -219,7 +209,7 @@ enum Waited<T> {
 }
 
 impl Shell {
-    async fn run(mut self, mut stop: oneshot::Receiver<StopMode>) -> StopOutcome {
+    async fn run(mut self, mut stop: oneshot::Receiver<StopMode>) -> Finished {
         let mut round = now();
         loop {
             let mode = tokio::select! {
@@ -333,23 +323,24 @@ impl Shell {
 
     /// Ends membership: nothing is ours at once; a release clears our Lease,
     /// re-reading and retrying after a conflict until the renew deadline.
-    async fn leave(mut self, mode: StopMode) -> StopOutcome {
+    async fn leave(mut self, mode: StopMode) -> Finished {
         let released = self.membership.release(Timestamp::now());
         self.publish();
         if mode == StopMode::Abandon {
-            return StopOutcome::NotHolding;
+            return Finished::Abandoned;
         }
         let mut lease = match released {
             Some(lease) => lease,
-            None => return StopOutcome::NotHolding,
+            None => return Finished::NotHolding,
         };
+        let mut reason = String::from("no answer in time");
         let give_up = now() + self.timings.renew_deadline;
         let timeout = self.timings.request_timeout();
         while now() < give_up {
             match tokio::time::timeout(timeout, self.write(Write::Update(lease.clone()))).await {
                 Ok(Written::Stored(_)) => {
                     tracing::info!("left the shard group (Lease released)");
-                    return StopOutcome::Released;
+                    return Finished::Released;
                 }
                 Ok(Written::Conflict) => {
                     let sent = now();
@@ -359,17 +350,19 @@ impl Shell {
                     }
                     match self.membership.release(Timestamp::now()) {
                         Some(again) => lease = again,
-                        None => return StopOutcome::NotHolding,
+                        None => return Finished::NotHolding,
                     }
+                    reason = "conflict".into();
                 }
                 Ok(Written::Failed) | Err(_) => {
+                    reason = "the write failed".into();
                     tokio::time::sleep(self.timings.retry_period.min(Duration::from_millis(200)))
                         .await;
                 }
             }
         }
-        tracing::warn!("the shard Lease was not released; the others wait for it to expire");
-        StopOutcome::NotHolding
+        tracing::warn!(%reason, "the shard Lease was not released; the others wait for it to expire");
+        Finished::ReleaseFailed { reason }
     }
 }
 

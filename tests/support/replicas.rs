@@ -1,12 +1,25 @@
-//! Records every reconcile of several replicas (which replica, which key,
-//! the object's resourceVersion, when it ran) to check that no key was
+//! What the multi-replica tests share: short Lease timings, and a record of
+//! every reconcile of several replicas (which replica, which key, the
+//! object's resourceVersion, when it ran) to check that no key was
 //! reconciled by two replicas at once (CTL-11, SH-5).
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::time::Duration;
 
+use kinformer::leader::ElectionTimings;
 use tokio::time::Instant;
+
+/// Lease 1 s, renew deadline 0.6 s, retry 0.2 s: every bound a few seconds.
+pub const TIMINGS: ElectionTimings = ElectionTimings {
+    lease_duration: Duration::from_secs(1),
+    renew_deadline: Duration::from_millis(600),
+    retry_period: Duration::from_millis(200),
+};
+
+/// How long a test waits for a condition.
+pub const WAIT: Duration = Duration::from_secs(20);
 
 /// One reconcile; `ended` is `None` while it runs.
 #[derive(Debug, Clone)]
