@@ -229,3 +229,133 @@ async fn ctl_11_a_graceful_stop_of_the_leader_hands_over_within_a_retry() {
     b.elector.take().unwrap().stop().await.unwrap();
     b.controller.stop(Duration::from_secs(5)).await;
 }
+
+/// Failover time at 10k objects, warm standby (the standby's informer
+/// synced before the kill) against cold (it starts its informer once it
+/// leads). Figures in BENCHMARKS.md ("Failover: warm and cold standby");
+/// run with `cargo test --release -p kinformer --test standby --
+/// --ignored failover_time --nocapture`.
+#[actix::test]
+#[ignore = "a measurement (10k objects), not a check; see BENCHMARKS.md"]
+async fn failover_time_warm_and_cold_standby_at_10k_objects() {
+    const OBJECTS: usize = 10_000;
+    let server = server(100);
+    // 1 KiB of data each, about a small real ConfigMap.
+    let value = "x".repeat(1024);
+    for i in 0..OBJECTS {
+        create(&server, &format!("cm-{i:05}"), &value);
+    }
+    for round in 0..3 {
+        for warm in [true, false] {
+            let f = failover(&server, warm, OBJECTS, round).await;
+            eprintln!(
+                "{} standby, round {round}: kill → leading {:?}; leading → first reconcile {:?}, \
+                 → all {OBJECTS} reconciled {:?}",
+                if warm { "warm" } else { "cold" },
+                f.leading,
+                f.first,
+                f.all
+            );
+        }
+    }
+}
+
+/// One failover: a leader (reconciling), a standby that is warm (its
+/// controller started and synced) or cold (it starts its informer and
+/// controller once it leads); the leader's elector is abandoned, as a crash.
+/// Answers kill → the standby leads, and from then to its first reconcile
+/// and to every object reconciled.
+async fn failover(server: &ServerHandle, warm: bool, objects: usize, round: usize) -> Failover {
+    let lease = format!("failover-{round}-{warm}");
+    let leases = || kube::Api::namespaced(common::client(server), "default");
+    let elector = |id: &str| {
+        LeaderElector::builder(leases(), lease.clone())
+            .identity(id)
+            .timings(TIMINGS)
+            .start()
+            .unwrap()
+    };
+    let noop = |_: Request<ConfigMap>| async { Ok::<_, String>(Action::Done) };
+    let leader = elector("leader");
+    eventually(WAIT, "the leader leads", || leader.is_leader()).await;
+    let old = Controller::new(informer(server).start().unwrap())
+        .leader_elected(&leader)
+        .start(noop)
+        .await
+        .unwrap();
+    let standby = elector("standby");
+    let calls = Arc::new(Calls::default());
+    let recorded = |calls: Arc<Calls>| {
+        move |req: Request<ConfigMap>| {
+            let calls = calls.clone();
+            async move {
+                drop(calls.begin("standby", req.key.name(), None));
+                Ok::<_, String>(Action::Done)
+            }
+        }
+    };
+    let mut new = None;
+    if warm {
+        let c = Controller::new(informer(server).start().unwrap())
+            .leader_elected(&standby)
+            .start(recorded(calls.clone()))
+            .await
+            .unwrap();
+        c.wait_for_sync(Duration::from_secs(120)).await.unwrap();
+        new = Some(c);
+    }
+    old.wait_for_sync(Duration::from_secs(120)).await.unwrap();
+    eventually(
+        Duration::from_secs(120),
+        "the leader reconciled everything",
+        || old.reconcile_metrics().reconciles >= objects as u64,
+    )
+    .await;
+    let mut events = standby.events();
+    let killed = Instant::now();
+    leader.abandon().await;
+    if !warm {
+        let mut leading = standby.leadership();
+        leading.wait_for(|l| *l).await.unwrap();
+        new = Some(
+            Controller::new(informer(server).start().unwrap())
+                .leader_elected(&standby)
+                .start(recorded(calls.clone()))
+                .await
+                .unwrap(),
+        );
+    }
+    eventually(
+        Duration::from_secs(120),
+        "the new leader reconciled everything",
+        || calls.by("standby", killed).len() >= objects,
+    )
+    .await;
+    let mut leading = None;
+    while let Ok(event) = events.try_recv() {
+        if let LeaderEvent::BecameLeader { at } = event {
+            leading.get_or_insert(Instant::from_std(at));
+        }
+    }
+    let leading = leading.expect("the standby's BecameLeader");
+    let first = calls.first_by("standby", killed).unwrap() - leading;
+    let all = calls.all().iter().map(|c| c.started).max().unwrap() - leading;
+    old.stop(Duration::from_secs(5)).await;
+    new.unwrap().stop(Duration::from_secs(5)).await;
+    standby.stop().await.unwrap();
+    Failover {
+        leading: leading - killed,
+        first,
+        all,
+    }
+}
+
+/// One failover's times.
+struct Failover {
+    /// From the kill until the standby led (the Lease's expiry, LE-11).
+    leading: Duration,
+    /// From then until its first reconcile.
+    first: Duration,
+    /// From then until its last reconcile of the takeover.
+    all: Duration,
+}
