@@ -18,16 +18,16 @@
 //! leader_election -- replica`; Ctrl-C one for a handover, `kill -9` it for a
 //! failover.
 
-use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+#[path = "support/replicas.rs"]
+mod support;
+
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use k8s_openapi::api::coordination::v1::Lease;
 use kinformer::leader::{ElectionTimings, LeaderElector, LeaderEvent};
-use kinformer_apiserver::{ApiServer, ServerConfig, ServerHandle};
+use support::{Cluster, Mode, Replicas, Target};
 use tokio::sync::broadcast::error::RecvError;
 
 const LEASE_NAME: &str = "kinformer-leader-demo";
@@ -43,18 +43,10 @@ const TAKEOVER_LIMIT: Duration = Duration::from_secs(20);
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    match args.as_slice() {
-        [] => demo(Target::Embedded),
-        ["--kubeconfig"] => demo(Target::Kubeconfig(None)),
-        ["--kubeconfig", path] => demo(Target::Kubeconfig(Some(PathBuf::from(path)))),
-        ["replica"] => replica(ElectionTimings::default()).await,
-        ["replica", "--fast"] => replica(FAST).await,
-        other => bail!(
-            "unexpected arguments {other:?}: run without arguments, with \
-             `--kubeconfig [PATH]`, or `replica`"
-        ),
+    match support::mode()? {
+        Mode::Demo(target) => demo(target),
+        Mode::Replica { fast: false } => replica(ElectionTimings::default()).await,
+        Mode::Replica { fast: true } => replica(FAST).await,
     }
 }
 
@@ -93,128 +85,16 @@ async fn replica(timings: ElectionTimings) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Where the demo's replicas elect.
-enum Target {
-    /// The embedded API server, started here.
-    Embedded,
-    /// The cluster of this kubeconfig (`None`: the replicas' default).
-    Kubeconfig(Option<PathBuf>),
-}
-
-/// The embedded server (with its kubeconfig in a temporary file) or a
-/// kubeconfig, kept while the demo runs.
-struct Cluster {
-    server: Option<ServerHandle>,
-    kubeconfig: Option<PathBuf>,
-    temporary: bool,
-}
-
-impl Cluster {
-    fn connect(target: Target) -> anyhow::Result<Cluster> {
-        if let Target::Kubeconfig(kubeconfig) = target {
-            return Ok(Cluster {
-                server: None,
-                kubeconfig,
-                temporary: false,
-            });
-        }
-        // Leases are among the server's built-in types.
-        let server = ApiServer::start_in_thread(ServerConfig::default())?;
-        println!("embedded API server at {}", server.url());
-        let path = std::env::temp_dir().join(format!(
-            "kinformer-leader-demo-{}.kubeconfig",
-            std::process::id()
-        ));
-        let cluster = Cluster {
-            server: Some(server),
-            kubeconfig: Some(path.clone()),
-            temporary: true,
-        };
-        if let Some(server) = &cluster.server {
-            server
-                .write_kubeconfig(&path, "admin")
-                .context("write the embedded server's kubeconfig")?;
-        }
-        Ok(cluster)
-    }
-
-    /// A replica process electing in this cluster; its stdout is piped.
-    fn replica(&self, name: &str) -> anyhow::Result<Child> {
-        let mut command = Command::new(std::env::current_exe()?);
-        command
-            .args(["replica", "--fast"])
-            .env("POD_NAME", name)
-            .stdout(Stdio::piped());
-        if let Some(path) = &self.kubeconfig {
-            command.env("KUBECONFIG", path);
-        }
-        command.spawn().context("start a replica")
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        if let Some(server) = self.server.take() {
-            server.shutdown();
-        }
-        if let (true, Some(path)) = (self.temporary, &self.kubeconfig) {
-            let _ = std::fs::remove_file(path);
-        }
-    }
-}
-
-/// The replica processes; any still running when dropped are killed, so an
-/// error ends none of them orphaned.
-struct Replicas(Vec<(String, Child)>);
-
-impl Replicas {
-    fn get(&mut self, name: &str) -> anyhow::Result<&mut Child> {
-        self.0
-            .iter_mut()
-            .find(|(n, _)| n == name)
-            .map(|(_, c)| c)
-            .with_context(|| format!("no replica {name}"))
-    }
-
-    /// SIGTERM (a graceful stop: the leader releases the Lease).
-    fn terminate(&mut self, name: &str) -> anyhow::Result<()> {
-        let pid = self.get(name)?.id().to_string();
-        let status = Command::new("kill").args(["-TERM", &pid]).status()?;
-        anyhow::ensure!(status.success(), "kill -TERM {pid}: {status}");
-        Ok(())
-    }
-}
-
-impl Drop for Replicas {
-    fn drop(&mut self) {
-        for (_, child) in &mut self.0 {
-            if let Ok(None) = child.try_wait() {
-                let _ = child.kill();
-            }
-            let _ = child.wait();
-        }
-    }
-}
-
 /// Three replicas, a SIGKILL and a SIGTERM.
 fn demo(target: Target) -> anyhow::Result<()> {
-    let cluster = Cluster::connect(target)?;
+    let cluster = Cluster::connect(target, "leader-demo")?;
     let start = Instant::now();
     // Every replica's lines, stamped as they are read.
-    let (tx, lines) = mpsc::channel::<(Instant, String)>();
-    let mut replicas = Replicas(Vec::new());
+    let (mut replicas, lines) = Replicas::new();
     for name in ["r1", "r2", "r3"] {
-        let mut child = cluster.replica(name)?;
-        let out = BufReader::new(child.stdout.take().context("replica stdout")?);
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            out.lines()
-                .map_while(Result::ok)
-                .try_for_each(|l| tx.send((Instant::now(), l)))
-        });
-        replicas.0.push((name.to_owned(), child));
+        replicas.start(&cluster, name, &["replica", "--fast"])?;
     }
-    drop(tx);
+    replicas.close();
     let log = Log { lines, start };
     let (first, _) = log.until_leading("at start")?;
     log.for_a_while(Duration::from_secs(1));
@@ -232,7 +112,7 @@ fn demo(target: Target) -> anyhow::Result<()> {
     // The last one releases too, so a rerun against a cluster starts clean.
     log.for_a_while(Duration::from_secs(1));
     replicas.terminate(&third)?;
-    for (_, child) in &mut replicas.0 {
+    for (_, child) in &mut replicas.children {
         child.wait()?;
     }
     log.for_a_while(Duration::from_secs(1));

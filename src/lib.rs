@@ -79,6 +79,7 @@ mod own_thread;
 mod panic;
 pub mod persist;
 mod relay;
+pub mod shard;
 mod store;
 mod stream;
 mod subscription;

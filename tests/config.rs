@@ -327,3 +327,30 @@ fn config_file_from_the_environment_variable() {
     let v = effective(&["config"], &[("KINFORMER_CONFIG", f.arg())]);
     assert_eq!(v["engine"]["page_size"], 7);
 }
+
+#[test]
+fn leader_election_timings_are_checked() {
+    let f = ConfigFile::new(
+        "leader-election",
+        "[leader_election]\nlease_duration = \"10s\"\nrenew_deadline = \"10s\"\n",
+    );
+    let e = expect_error(&f, &[], &[], "leader_election.renew_deadline", f.arg());
+    assert!(e.contains("shorter than the lease duration"), "{e}");
+    let f = ConfigFile::new(
+        "leader-election-name",
+        "[leader_election]\nlease_name = \" \"\n",
+    );
+    expect_error(&f, &[], &[], "leader_election.lease_name", f.arg());
+    let f = ConfigFile::new(
+        "leader-election-env",
+        "[leader_election]\nidentity = \"a\"\n",
+    );
+    let e = expect_error(
+        &f,
+        &[],
+        &[("KINFORMER__LEADER_ELECTION__LEASE_DURATION", "1500ms")],
+        "leader_election.lease_duration",
+        "the environment",
+    );
+    assert!(e.contains("whole number of seconds"), "{e}");
+}

@@ -246,3 +246,110 @@ fn readyz_answers_503_until_every_informer_has_synced() {
     assert_eq!(get(addr, "/healthz").unwrap().0, 200);
     common::expect_graceful_stop(child, "-TERM", "terminated", &rx);
 }
+
+/// One `kinformer run` replica with `[leader_election]`, against `server`.
+struct Replica {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    seen: Vec<String>,
+    addr: SocketAddr,
+    _dir: std::path::PathBuf,
+}
+
+impl Replica {
+    fn start(server: &kinformer_apiserver::ServerHandle, identity: &str) -> Replica {
+        let dir = std::env::temp_dir().join(format!(
+            "kinformer-le-test-{}-{identity}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = dir.join("config.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[observability]\nstatus_interval = \"100ms\"\n\
+                 [leader_election]\nlease_name = \"kinformer-run\"\nidentity = \"{identity}\"\n\
+                 lease_duration = \"1s\"\nrenew_deadline = \"600ms\"\nretry_period = \"200ms\"\n"
+            ),
+        )
+        .unwrap();
+        let mut child = common::kinformer_command()
+            .args(["run", "--config", config.to_str().unwrap()])
+            .args(["--server", &server.url(), "--for", "60s", "--metrics", "0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn kinformer");
+        let lines = common::stdout_lines(&mut child);
+        let (addr, seen) = common::metrics_address(&lines, Duration::from_secs(20))
+            .unwrap_or_else(|seen| panic!("no metrics address printed: {seen:?}"));
+        Replica {
+            child,
+            lines,
+            seen,
+            addr,
+            _dir: dir,
+        }
+    }
+
+    fn leader_metrics(&self) -> Option<(f64, f64)> {
+        let m = parse(&get(self.addr, "/metrics").ok()?.1);
+        let lease = r#"lease="default/kinformer-run""#;
+        Some((
+            value(&m, "kinformer_leader", &[lease]),
+            value(&m, "kinformer_leader_transitions_total", &[lease]),
+        ))
+    }
+
+    /// The stdout lines so far.
+    fn lines(&mut self) -> &[String] {
+        self.seen.extend(self.lines.try_iter());
+        &self.seen
+    }
+}
+
+#[test]
+fn leader_election_shows_in_the_status_line_and_metrics_and_sigterm_hands_over() {
+    let server = common::server(10_000);
+    let mut replicas = vec![Replica::start(&server, "a"), Replica::start(&server, "b")];
+    let leader = until(Duration::from_secs(20), "one leader", || {
+        let states: Vec<_> = replicas
+            .iter()
+            .map(|r| r.leader_metrics().map(|(l, _)| l))
+            .collect::<Option<_>>()?;
+        (states.iter().sum::<f64>() == 1.0).then(|| states.iter().position(|l| *l == 1.0))?
+    });
+    let (lid, sid) = (["a", "b"][leader], ["a", "b"][1 - leader]);
+    let standby = 1 - leader;
+    until(Duration::from_secs(10), "status lines", || {
+        let l = replicas[leader].lines().iter().any(|l| {
+            l == &format!(
+                "leader election: leader: this replica ({lid}) holds default/kinformer-run"
+            )
+        });
+        let s = replicas[standby]
+            .lines()
+            .iter()
+            .any(|l| l == &format!("leader election: standby ({sid}), leader: {lid}"));
+        (l && s).then_some(())
+    });
+    assert_eq!(replicas[standby].leader_metrics(), Some((0.0, 0.0)));
+    assert_eq!(replicas[leader].leader_metrics(), Some((1.0, 1.0)));
+
+    // SIGTERM: the leader releases the Lease on its way out, the standby
+    // takes over at its next try.
+    let old = replicas.remove(leader);
+    common::expect_graceful_stop(old.child, "-TERM", "terminated", &old.lines);
+    let new = &mut replicas[0];
+    until(Duration::from_secs(5), "the standby leads", || {
+        (new.leader_metrics()? == (1.0, 1.0)).then_some(())
+    });
+    until(Duration::from_secs(5), "its status line says so", || {
+        new.lines()
+            .iter()
+            .any(|l| l.starts_with(&format!("leader election: leader: this replica ({sid})")))
+            .then_some(())
+    });
+    let new = replicas.remove(0);
+    common::expect_graceful_stop(new.child, "-TERM", "terminated", &new.lines);
+}

@@ -22,6 +22,7 @@ use kinformer_actors::{Event, EventBatch, Object, ObjectKey};
 use kube::Resource;
 
 use super::last_known::LastKnown;
+use super::scope::KeyFilter;
 use crate::{OverflowPolicy, SubscribeOptions};
 
 /// A feeder's subscription: batches, `Block` (CTL-6), the informer's resync period.
@@ -54,6 +55,9 @@ pub(crate) struct Feeder<S> {
     /// Mapper calls that panicked (counted in the controller's metrics).
     pub(crate) mapper_panics: Arc<AtomicU64>,
     pub(crate) controller: Arc<str>,
+    /// Whether a key is in this replica's feed scope; keys that are not
+    /// are dropped (their owner reconciles them; CTL-11).
+    pub(crate) admit: KeyFilter,
 }
 
 impl<S: Object> Actor for Feeder<S> {
@@ -65,11 +69,18 @@ impl<S: Object> Feeder<S> {
         let priority = Priority::of(event.cause());
         match &self.keys {
             Keys::Own(last_known) => {
+                let key = event.key();
                 match event {
-                    Event::Deleted { key, object, .. } => last_known.deleted(key, object.object()),
-                    Event::Added { key, .. } | Event::Updated { key, .. } => last_known.exists(key),
+                    Event::Deleted { object, .. } => last_known.deleted(key, object.object()),
+                    Event::Added { .. } | Event::Updated { .. } => last_known.exists(key),
                 }
-                out.push((event.key().clone(), priority));
+                // After recording the delete: a key sharded by its owner's
+                // reads the owner from the last known state.
+                if (self.admit)(key) {
+                    out.push((key.clone(), priority));
+                } else {
+                    last_known.exists(key);
+                }
             }
             Keys::Mapped(map) => {
                 let states: [Option<&Arc<S>>; 2] = match event {
@@ -81,7 +92,11 @@ impl<S: Object> Feeder<S> {
                 };
                 for state in states.into_iter().flatten() {
                     match std::panic::catch_unwind(AssertUnwindSafe(|| map(state))) {
-                        Ok(keys) => out.extend(keys.into_iter().map(|k| (k, priority))),
+                        Ok(keys) => out.extend(
+                            keys.into_iter()
+                                .filter(|k| (self.admit)(k))
+                                .map(|k| (k, priority)),
+                        ),
                         Err(_) => {
                             self.mapper_panics.fetch_add(1, Ordering::Relaxed);
                             tracing::error!(

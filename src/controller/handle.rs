@@ -8,13 +8,20 @@ use std::time::Duration;
 
 use kinformer_actors::workqueue::{Close, GetMetrics};
 use kinformer_actors::{Object, ObjectKey};
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
 use super::error::ControllerError;
 use super::metrics::{ControllerMetrics, ReconcileMetrics};
 use super::worker::{Phase, Workers};
+use crate::leader::LeaderEvent;
 use crate::subscription::Subscription;
+
+/// The elector a controller runs under (CTL-10), for its handle to expose.
+pub(crate) struct Leadership {
+    pub(crate) leading: watch::Receiver<bool>,
+    pub(crate) events: broadcast::Sender<LeaderEvent>,
+}
 
 /// One feeder's subscription, whatever its object type.
 pub(crate) trait Source: Send {
@@ -56,6 +63,7 @@ pub struct ControllerHandle<K: Object> {
     /// Tells the feeders to stop at their next batch.
     pub(super) feeders_closed: Arc<AtomicBool>,
     pub(super) mapper_panics: Arc<AtomicU64>,
+    pub(super) leadership: Option<Leadership>,
     pub(super) stopped: bool,
 }
 
@@ -95,6 +103,20 @@ impl<K: Object> ControllerHandle<K> {
                     .count(),
             }),
         }
+    }
+
+    /// Whether this replica leads, for a controller run under an elector
+    /// ([`Controller::leader_elected`](super::Controller::leader_elected));
+    /// `None` otherwise.
+    pub fn is_leader(&self) -> Option<bool> {
+        self.leadership.as_ref().map(|l| *l.leading.borrow())
+    }
+
+    /// The elector's events from now on (became leader, stepped down, new
+    /// leader observed; LE-10), for a controller run under one; `None`
+    /// otherwise. A receiver 64 events behind gets `Lagged`.
+    pub fn leader_events(&self) -> Option<broadcast::Receiver<LeaderEvent>> {
+        self.leadership.as_ref().map(|l| l.events.subscribe())
     }
 
     /// The reconcile counters now.

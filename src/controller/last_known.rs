@@ -33,7 +33,7 @@ impl<K> LastKnown<K> {
         };
     }
 
-    /// `key` exists (again).
+    /// `key` exists (again), or is not this replica's to reconcile: forget it.
     pub(crate) fn exists(&self, key: &ObjectKey) {
         self.map().remove(key);
     }
@@ -49,6 +49,21 @@ impl<K> LastKnown<K> {
         let mut map = self.map();
         if map.get(key).is_some_and(|s| Arc::ptr_eq(s, state)) {
             map.remove(key);
+        }
+    }
+
+    /// The deleted keys remembered.
+    pub(crate) fn keys(&self) -> Vec<ObjectKey> {
+        self.map().keys().cloned().collect()
+    }
+
+    /// Forgets the deleted keys `keep` refuses (keys another replica owns).
+    /// `keep` is called without the lock held (it may read this map).
+    pub(crate) fn retain(&self, keep: impl Fn(&ObjectKey) -> bool) {
+        let refused: Vec<ObjectKey> = self.keys().into_iter().filter(|k| !keep(k)).collect();
+        let mut map = self.map();
+        for key in refused {
+            map.remove(&key);
         }
     }
 

@@ -33,6 +33,9 @@ pub struct ReconcileMetrics {
     pub panics: u64,
     /// Of which reconciles past the controller's timeout (cancelled).
     pub timeouts: u64,
+    /// Reconciles cancelled because their key left this replica's scope
+    /// (leadership lost, shard moved; CTL-11): not counted in `reconciles`.
+    pub cancelled_out_of_scope: u64,
     /// `controller_runtime_reconcile_time_seconds`.
     pub duration: Histogram,
     /// `controller_runtime_active_workers`: reconciles in progress now.
@@ -60,6 +63,8 @@ pub(crate) enum Ended {
     Error,
     Panic,
     Timeout,
+    /// Cancelled: the key left the scope (CTL-11).
+    OutOfScope,
 }
 
 /// The counters, updated by the workers once per reconcile.
@@ -75,6 +80,7 @@ impl ReconcileStats {
             errors: 0,
             panics: 0,
             timeouts: 0,
+            cancelled_out_of_scope: 0,
             duration: Histogram::new(RECONCILE_BUCKETS),
             active: 0,
             workers,
@@ -94,9 +100,14 @@ impl ReconcileStats {
     pub(crate) fn ended(&self, how: Ended, took: Duration) {
         self.with(|m| {
             m.active -= 1;
+            if how == Ended::OutOfScope {
+                m.cancelled_out_of_scope += 1;
+                return;
+            }
             m.reconciles += 1;
             m.duration.observe(took);
             match how {
+                Ended::OutOfScope => {}
                 Ended::Done => m.successes += 1,
                 Ended::RequeueAfter => m.requeues_after += 1,
                 Ended::Error => m.errors += 1,

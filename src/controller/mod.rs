@@ -70,6 +70,17 @@
 //!   never unlimited (kube#1473).
 //! * **CTL-9** A deleted object's reconcile gets `object: None` and its last
 //!   known state, kept until a reconcile of the deletion succeeds.
+//! * **CTL-10** Warm standby: under an elector
+//!   ([`leader_elected`](Controller::leader_elected)) the controller has a
+//!   scope, the keys it may reconcile now (all while leading, none
+//!   otherwise); every replica's informers run and sync, a standby's workers
+//!   stay idle.
+//! * **CTL-11** A key that leaves the scope is taken no more and its
+//!   reconcile in progress is cancelled at once (at its next await point),
+//!   before a successor can start (LE-7); no fencing: reconciles must be
+//!   idempotent.
+//! * **CTL-12** Keys that enter the scope are all queued from the synced
+//!   caches: a new leader reconciles every object once.
 //! * Priority by cause (PQ-1): keys from the initial list and resyncs are
 //!   reconciled after those of real changes, so after a restart a change is
 //!   not stuck behind every object.
@@ -90,10 +101,12 @@
 
 mod error;
 mod feed;
+mod govern;
 mod handle;
 mod last_known;
 mod metrics;
 mod request;
+mod scope;
 mod worker;
 
 use std::collections::HashSet;
@@ -121,11 +134,15 @@ pub use request::{Action, Request};
 
 use crate::error::InformerError;
 use crate::informer::{Informer, can_start_actors};
+use crate::leader::LeaderElector;
+use crate::shard::ShardMember;
 use crate::subscription::Subscription;
 use feed::{Feeder, Keys, Mapper, OwnerKind, feeder_options};
-use handle::Source;
+use govern::{Governed, govern, leader_scope, shard_scope};
+use handle::{Leadership, Source};
 use last_known::LastKnown;
 use metrics::ReconcileStats;
+use scope::{KeyFilter, Ownership, Scope, ScopeChannels, ShardKeyFn};
 use worker::{Phase, Workers};
 
 /// Subscribes one secondary informer's feeder, once the queue exists.
@@ -143,6 +160,7 @@ struct FeederShared {
     closed: Arc<AtomicBool>,
     mapper_panics: Arc<AtomicU64>,
     name: Arc<str>,
+    admit: KeyFilter,
 }
 
 /// Builds and starts a controller; see the [module docs](self).
@@ -154,6 +172,10 @@ pub struct Controller<K: Object> {
     workers: usize,
     timeout: Option<Duration>,
     limiter: Option<Box<dyn RateLimiter<ObjectKey>>>,
+    /// Where the scope comes from (CTL-10); `None`: every key, always.
+    scope: Option<watch::Receiver<Scope>>,
+    shard_key: Option<ShardKeyFn<K>>,
+    leadership: Option<Leadership>,
 }
 
 impl<K: Object> std::fmt::Debug for Controller<K> {
@@ -201,7 +223,28 @@ impl<K: Object> Controller<K> {
             workers: default_workers(),
             timeout: None,
             limiter: None,
+            scope: None,
+            shard_key: None,
+            leadership: None,
         }
+    }
+
+    /// Reconcile only while `elector` leads (warm standby, CTL-10..CTL-12):
+    /// the informers of every replica run and sync, but only the leader's
+    /// workers take keys. On becoming leader the controller queues every
+    /// cached object (and every delete not yet reconciled) once; on losing
+    /// leadership its workers take no more keys and the reconciles in
+    /// progress are cancelled at once (at their next await point), before
+    /// the Lease can expire for a successor (LE-7). There is no fencing:
+    /// reconciles must be idempotent. The handle then exposes the elector's
+    /// events ([`ControllerHandle::leader_events`]).
+    pub fn leader_elected(mut self, elector: &LeaderElector) -> Self {
+        self.scope = Some(leader_scope(elector.leadership()));
+        self.leadership = Some(Leadership {
+            leading: elector.leadership(),
+            events: elector.event_sender(),
+        });
+        self
     }
 
     /// Also reconcile the controller owner (of the primary's kind) of every
@@ -228,6 +271,30 @@ impl<K: Object> Controller<K> {
                 Ok(Box::new(source) as Box<dyn Source>)
             })
         }));
+        self
+    }
+
+    /// Reconcile only the keys `member`'s shard assignment gives this
+    /// replica (CTL-10..CTL-12, SH-1..SH-8): every replica's informers run
+    /// and sync; a key is taken only while it is ours, its reconcile is
+    /// cancelled at once when it is handed over, and the keys gained on a
+    /// membership change are all queued once. Keys are sharded by
+    /// `namespace/name`, or by what [`shard_key`](Self::shard_key) maps an
+    /// object to. There is no fencing: reconciles must be idempotent.
+    pub fn sharded(mut self, member: &ShardMember) -> Self {
+        self.scope = Some(shard_scope(member.assignment()));
+        self
+    }
+
+    /// Shard an object by another key than its own, e.g. its controller
+    /// owner's, so dependents land on their owner's replica: `map` answers
+    /// the key to shard by (`None`: the object's own). Read from the cached
+    /// object, or a deleted one's last known state.
+    pub fn shard_key(
+        mut self,
+        map: impl Fn(&K) -> Option<ObjectKey> + Send + Sync + 'static,
+    ) -> Self {
+        self.shard_key = Some(Arc::new(map));
         self
     }
 
@@ -278,12 +345,20 @@ impl<K: Object> Controller<K> {
             .unwrap_or_else(|| Box::new(default_controller_rate_limiter()));
         let queue = WorkQueue::new(self.name.clone(), limiter).start();
         let name: Arc<str> = self.name.into();
+        let last_known = Arc::new(LastKnown::default());
+        let ownership = Ownership {
+            store: self.primary.store(),
+            last_known: last_known.clone(),
+            shard_key: self.shard_key,
+        };
+        let channels =
+            ScopeChannels::new(self.scope.unwrap_or_else(|| watch::channel(Scope::All).1));
         let shared = FeederShared {
             closed: Arc::new(AtomicBool::new(false)),
             mapper_panics: Arc::new(AtomicU64::new(0)),
             name: name.clone(),
+            admit: ownership.admit(channels.feed.subscribe()),
         };
-        let last_known = Arc::new(LastKnown::default());
         let mut sources: Vec<Box<dyn Source>> = Vec::new();
         let primary = subscribe(
             &self.primary,
@@ -314,6 +389,8 @@ impl<K: Object> Controller<K> {
             last_known,
             reconcile: worker::erase(reconcile),
             timeout: self.timeout,
+            scope: channels.work.subscribe(),
+            ownership: ownership.clone(),
             stats: ReconcileStats::new(&name, self.workers),
             in_progress: Mutex::new(HashSet::new()),
             closing: AtomicBool::new(false),
@@ -321,7 +398,14 @@ impl<K: Object> Controller<K> {
         });
         let (phase, _) = watch::channel(Phase::Syncing);
         let synced: Vec<_> = sources.iter().map(|s| s.synced()).collect();
-        tokio::spawn(run_when_synced(synced, phase.clone(), name.clone()));
+        tokio::spawn(govern(Governed {
+            synced,
+            phase: phase.clone(),
+            name: name.clone(),
+            channels,
+            ownership,
+            queue: queue.clone(),
+        }));
         let tasks = (0..self.workers)
             .map(|_| tokio::spawn(workers.clone().run(phase.subscribe())))
             .collect();
@@ -333,6 +417,7 @@ impl<K: Object> Controller<K> {
             tasks,
             feeders_closed: shared.closed,
             mapper_panics: shared.mapper_panics,
+            leadership: self.leadership,
             stopped: false,
         })
     }
@@ -356,37 +441,10 @@ async fn subscribe<S: Object>(
         closed: shared.closed,
         mapper_panics: shared.mapper_panics,
         controller: shared.name,
+        admit: shared.admit,
     }
     .start();
     informer
         .subscribe_batches(feeder.recipient(), feeder_options())
         .await
-}
-
-/// Moves the controller to `Running` once every subscription synced (CTL-1),
-/// unless it is stopped first.
-async fn run_when_synced(
-    synced: Vec<watch::Receiver<bool>>,
-    phase: watch::Sender<Phase>,
-    name: Arc<str>,
-) {
-    let mut stopping = phase.subscribe();
-    for mut s in synced {
-        tokio::select! {
-            r = s.wait_for(|synced| *synced) => {
-                if r.is_err() {
-                    tracing::warn!(controller = %name, "a subscription ended before it synced: no reconcile will run");
-                    return;
-                }
-            }
-            _ = stopping.wait_for(|p| *p == Phase::Stopping) => return,
-        }
-    }
-    phase.send_if_modified(|p| {
-        let starting = *p == Phase::Syncing;
-        if starting {
-            *p = Phase::Running;
-        }
-        starting
-    });
 }

@@ -17,6 +17,7 @@ use tokio::sync::watch;
 use super::last_known::LastKnown;
 use super::metrics::{Ended, ReconcileStats};
 use super::request::{Action, Request};
+use super::scope::{Ownership, Scope};
 use crate::panic::{call_caught, panic_message};
 use crate::store::Store;
 
@@ -57,6 +58,10 @@ pub(crate) struct Workers<K> {
     pub(crate) last_known: Arc<LastKnown<K>>,
     pub(crate) reconcile: ReconcileFn<K>,
     pub(crate) timeout: Option<Duration>,
+    /// The keys this replica may reconcile now (CTL-10..CTL-12): checked
+    /// when a key is handed out and watched while it is reconciled.
+    pub(crate) scope: watch::Receiver<Scope>,
+    pub(crate) ownership: Ownership<K>,
     pub(crate) stats: ReconcileStats,
     /// Keys being reconciled now (what a stop past its deadline cancels).
     pub(crate) in_progress: Mutex<HashSet<ObjectKey>>,
@@ -81,7 +86,13 @@ impl<K: Object> Workers<K> {
         }
         while let Ok(Some(ticket)) = self.queue().send(Next::new()).await {
             let key = ticket.key.clone();
-            let outcome = self.reconcile_one(ticket).await;
+            let outcome = if self.ownership.owns(&self.scope.borrow(), &key) {
+                self.reconcile_one(ticket).await
+            } else {
+                // Not ours (any more): dropped; its owner reconciles it, and
+                // this replica queues it again if it becomes ours (CTL-11).
+                Outcome::Success
+            };
             if outcome != Outcome::Success && self.closing.load(Ordering::SeqCst) {
                 lock(&self.left_after_close).push(key.clone());
             }
@@ -138,21 +149,48 @@ impl<K: Object> Workers<K> {
         outcome
     }
 
+    /// Resolves once `key` is no longer in the work scope.
+    async fn left_scope(&self, key: &ObjectKey) {
+        let mut scope = self.scope.clone();
+        if scope
+            .wait_for(|s| !self.ownership.owns(s, key))
+            .await
+            .is_err()
+        {
+            // The scope can no longer change (the controller is stopping):
+            // the key stays ours.
+            std::future::pending::<()>().await;
+        }
+    }
+
     async fn call(&self, request: Request<K>) -> (Ended, Outcome) {
         let key = request.key.clone();
         let retries = request.retries;
         let reconcile = &self.reconcile;
-        let result = match call_caught(|| reconcile(request)) {
-            Err(panic) => Err(Some(panic)),
-            Ok(future) => match self.timeout {
-                None => future.await.map_err(Some),
-                Some(limit) => match tokio::time::timeout(limit, future).await {
-                    Ok(r) => r.map_err(Some),
-                    Err(_) => Err(None),
+        let called = async {
+            match call_caught(|| reconcile(request)) {
+                Err(panic) => Err(Some(panic)),
+                Ok(future) => match self.timeout {
+                    None => future.await.map_err(Some),
+                    Some(limit) => match tokio::time::timeout(limit, future).await {
+                        Ok(r) => r.map_err(Some),
+                        Err(_) => Err(None),
+                    },
                 },
-            },
+            }
+        };
+        // CTL-11: a key that leaves the scope (leadership lost, shard moved)
+        // has its reconcile dropped at once, at its next await point.
+        let result = tokio::select! {
+            biased;
+            () = self.left_scope(&key) => None,
+            result = called => Some(result),
         };
         let name = &self.name;
+        let Some(result) = result else {
+            tracing::info!(controller = %name, %key, "reconcile cancelled: the key left this replica's scope");
+            return (Ended::OutOfScope, Outcome::Success);
+        };
         match result {
             Ok(Ok(Action::Done)) => (Ended::Done, Outcome::Success),
             Ok(Ok(Action::RequeueAfter(delay))) => {

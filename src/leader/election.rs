@@ -523,7 +523,7 @@ fn holder_of(lease: &Lease) -> Option<&str> {
 /// previous `renewTime`: a write whose record equals the last one would be a
 /// no-op the server does not store, so a leader whose wall clock stalled
 /// would look dead to the others (LE-9).
-fn renew_time(previous: Option<&LeaseSpec>, wall: Timestamp) -> MicroTime {
+pub(crate) fn renew_time(previous: Option<&LeaseSpec>, wall: Timestamp) -> MicroTime {
     let micros = wall.as_microsecond();
     let last = previous
         .and_then(|s| s.renew_time.as_ref())

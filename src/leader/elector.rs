@@ -6,12 +6,12 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use tokio::sync::{broadcast, oneshot, watch};
-use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use super::election::Election;
 use super::error::LeaderError;
-use super::messages::{Finished, LeaderEvent, StopMode, StopOutcome};
+use super::messages::{LeaderEvent, StopMode, StopOutcome};
+use super::stopper::Stopper;
 use super::task::{self, Outputs};
 use super::timings::ElectionTimings;
 
@@ -119,8 +119,7 @@ impl LeaderElectorBuilder {
             leading,
             holder,
             events: self.events,
-            stop: Some(stop_tx),
-            task: Some(task),
+            stopper: Stopper::new(stop_tx, task),
         })
     }
 }
@@ -162,8 +161,7 @@ pub struct LeaderElector {
     leading: watch::Receiver<bool>,
     holder: watch::Receiver<Option<String>>,
     events: broadcast::Sender<LeaderEvent>,
-    stop: Option<oneshot::Sender<StopMode>>,
-    task: Option<JoinHandle<Finished>>,
+    stopper: Stopper,
 }
 
 impl LeaderElector {
@@ -211,33 +209,24 @@ impl LeaderElector {
         self.events.subscribe()
     }
 
+    /// The events' sender, for a controller to hand out receivers.
+    pub(crate) fn event_sender(&self) -> broadcast::Sender<LeaderEvent> {
+        self.events.clone()
+    }
+
     /// Stops gracefully: steps down at once, then clears the Lease's holder
     /// so a successor takes over at its next try (LE-8; client-go's
     /// `ReleaseOnCancel`). Stop the guarded work first: once released,
     /// another replica may start at once. Gives up after the renew deadline
     /// ([`LeaderError::ReleaseFailed`]; others then wait for the expiry).
     pub async fn stop(mut self) -> Result<StopOutcome, LeaderError> {
-        match self.finish(StopMode::Release).await? {
-            Finished::Released => Ok(StopOutcome::Released),
-            Finished::NotHolding | Finished::Abandoned => Ok(StopOutcome::NotHolding),
-            Finished::ReleaseFailed { reason } => Err(LeaderError::ReleaseFailed { reason }),
-        }
+        self.stopper.release().await
     }
 
     /// Stops without releasing: steps down and leaves the Lease held until
     /// it expires for the others, as a crash (or `SIGKILL`) would.
     pub async fn abandon(mut self) {
-        let _ = self.finish(StopMode::Abandon).await;
-    }
-
-    async fn finish(&mut self, mode: StopMode) -> Result<Finished, LeaderError> {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(mode);
-        }
-        let Some(task) = self.task.take() else {
-            return Ok(Finished::NotHolding);
-        };
-        task.await.map_err(|e| LeaderError::Task(e.to_string()))
+        let _ = self.stopper.finish(StopMode::Abandon).await;
     }
 }
 

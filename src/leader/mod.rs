@@ -39,6 +39,7 @@ pub mod election;
 pub mod elector;
 pub mod error;
 pub mod messages;
+pub(crate) mod stopper;
 mod task;
 pub mod timings;
 

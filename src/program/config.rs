@@ -97,6 +97,8 @@ pub struct Settings {
     pub observability: ObservabilitySettings,
     /// The informers `kinformer run` starts.
     pub informers: Vec<InformerSettings>,
+    /// Run as one of several replicas, one leading (absent: no election).
+    pub leader_election: Option<LeaderElectionSettings>,
 }
 
 impl Default for Settings {
@@ -125,6 +127,7 @@ impl Default for Settings {
                 ],
                 ..InformerSettings::default()
             }],
+            leader_election: None,
         }
     }
 }
@@ -293,6 +296,54 @@ impl Default for ObservabilitySettings {
             log_format: LogFormat::Text,
             metrics_addr: None,
             status_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// `[leader_election]`: a Lease elects one leader among the replicas of
+/// `kinformer run` (client-go's rules, LE-1..LE-11); every replica's
+/// informers run (warm standby).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LeaderElectionSettings {
+    /// The Lease's name.
+    pub lease_name: String,
+    /// The Lease's namespace.
+    pub namespace: String,
+    /// This replica's identity (default: `POD_NAME`, else the host name).
+    pub identity: Option<String>,
+    /// How long others wait after the last renew they saw (whole seconds).
+    #[serde(with = "humantime_serde")]
+    pub lease_duration: Duration,
+    /// How long a leader leads without a successful renew.
+    #[serde(with = "humantime_serde")]
+    pub renew_deadline: Duration,
+    /// How often the leader renews and candidates try (jittered).
+    #[serde(with = "humantime_serde")]
+    pub retry_period: Duration,
+}
+
+impl Default for LeaderElectionSettings {
+    fn default() -> Self {
+        let t = kinformer::ElectionTimings::default();
+        LeaderElectionSettings {
+            lease_name: "kinformer".into(),
+            namespace: "default".into(),
+            identity: None,
+            lease_duration: t.lease_duration,
+            renew_deadline: t.renew_deadline,
+            retry_period: t.retry_period,
+        }
+    }
+}
+
+impl LeaderElectionSettings {
+    /// The three durations, for the elector.
+    pub fn timings(&self) -> kinformer::ElectionTimings {
+        kinformer::ElectionTimings {
+            lease_duration: self.lease_duration,
+            renew_deadline: self.renew_deadline,
+            retry_period: self.retry_period,
         }
     }
 }
@@ -725,6 +776,9 @@ fn validate(l: &Loaded) -> Result<(), ConfigError> {
             return Err(l.error(key, "must not be empty"));
         }
     }
+    if let Some(le) = &s.leader_election {
+        check_leader_election(l, le)?;
+    }
     let mut names = BTreeSet::new();
     for (i, inf) in s.informers.iter().enumerate() {
         let at = |k: &str| format!("informers[{i}].{k}");
@@ -814,6 +868,35 @@ pub fn metrics_listen_addr(text: &str) -> Result<std::net::SocketAddr, String> {
              0.0.0.0:9898 for every interface, [::]:9898)"
         )
     })
+}
+
+/// `[leader_election]`: names not empty, timings as LE-1 requires.
+fn check_leader_election(l: &Loaded, le: &LeaderElectionSettings) -> Result<(), ConfigError> {
+    for (key, value) in [
+        ("leader_election.lease_name", Some(&le.lease_name)),
+        ("leader_election.namespace", Some(&le.namespace)),
+        ("leader_election.identity", le.identity.as_ref()),
+    ] {
+        if value.is_some_and(|v| v.trim().is_empty()) {
+            return Err(l.error(key, "must not be empty"));
+        }
+    }
+    use kinformer::leader::TimingsError;
+    let Err(e) = le.timings().validate() else {
+        return Ok(());
+    };
+    let key = match &e {
+        TimingsError::Zero { name } => match *name {
+            "lease duration" => "leader_election.lease_duration",
+            "renew deadline" => "leader_election.renew_deadline",
+            _ => "leader_election.retry_period",
+        },
+        TimingsError::LeaseNotWholeSeconds { .. } => "leader_election.lease_duration",
+        TimingsError::RenewNotBeforeExpiry { .. } => "leader_election.renew_deadline",
+        TimingsError::RetryTooLong { .. } => "leader_election.retry_period",
+        _ => "leader_election",
+    };
+    Err(l.error(key, e.to_string()))
 }
 
 fn check_resync(l: &Loaded, key: &str, period: Duration) -> Result<(), ConfigError> {

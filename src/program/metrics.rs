@@ -194,6 +194,8 @@ impl InformerView {
 pub struct Registry {
     /// The informers.
     pub informers: Vec<InformerView>,
+    /// This replica's leader election, when configured.
+    pub leader: Option<super::leadership::LeaderView>,
 }
 
 impl Registry {
@@ -204,6 +206,9 @@ impl Registry {
 
     /// Copies the engine's counters into the metrics recorder.
     pub fn sample(&self) {
+        if let Some(leader) = &self.leader {
+            leader.sample();
+        }
         for view in &self.informers {
             let inf = view.name.clone();
             let s = view.informer.stats();
@@ -436,6 +441,14 @@ fn describe() {
     describe_counter!(
         "kinformer_notifications_total",
         "Notifications handled, by type and cause."
+    );
+    describe_gauge!(
+        "kinformer_leader",
+        "1 while this replica holds the leader election's Lease."
+    );
+    describe_counter!(
+        "kinformer_leader_transitions_total",
+        "Times this replica became leader or stepped down."
     );
 }
 

@@ -12,6 +12,7 @@ mod config_fuzz;
 pub mod discovery;
 pub mod get;
 pub mod http;
+pub mod leadership;
 pub mod logging;
 pub mod metrics;
 pub mod output;

@@ -13,6 +13,7 @@ use super::cli::RunArgs;
 use super::cluster;
 use super::config::Loaded;
 use super::discovery::resolve_all;
+use super::leadership::LeaderView;
 use super::metrics::{self, InformerView, InitialSync, Notifications, Registry, SubscriberView};
 use super::resource::{Resolved, ResourceSpec};
 use super::status::{self, Display};
@@ -76,8 +77,12 @@ pub async fn run(loaded: Loaded, args: RunArgs) -> anyhow::Result<()> {
     display.finish();
     status::say(&format!("kinformer: stopping ({stop_reason})"));
 
-    // Graceful stop: no more listing or watching, then let every subscriber
-    // finish the notification it is handling.
+    // Graceful stop: step down first (a successor takes over at once),
+    // then no more listing or watching, then let every subscriber finish the
+    // notification it is handling.
+    if let Some(leader) = &registry.leader {
+        status::say(&format!("kinformer: {}", leader.stop().await));
+    }
     for view in &registry.informers {
         view.informer.stop().await;
     }
@@ -219,7 +224,21 @@ async fn start_all(loaded: &Loaded) -> anyhow::Result<Started> {
             subscribers,
         ));
     }
-    let registry = Arc::new(Registry { informers: views });
+    let leader = match &settings.leader_election {
+        Some(le) => {
+            let view = LeaderView::start(client.clone(), le)?;
+            status::say(&format!(
+                "kinformer: leader election on Lease {} as {}",
+                view.lease, view.identity
+            ));
+            Some(view)
+        }
+        None => None,
+    };
+    let registry = Arc::new(Registry {
+        informers: views,
+        leader,
+    });
     for view in &registry.informers {
         // Record when each informer syncs, for the progress display.
         let informer = view.informer.clone();

@@ -24,6 +24,8 @@ pub struct Display {
     rows: Vec<Row>,
     started: Instant,
     last_tick: Instant,
+    /// The leadership line last shown (shown again when it changes).
+    last_leader: Option<String>,
 }
 
 fn sync_style() -> ProgressStyle {
@@ -74,6 +76,7 @@ impl Display {
             rows,
             started: now,
             last_tick: now,
+            last_leader: None,
         }
     }
 
@@ -176,6 +179,18 @@ impl Display {
                 None => lines.push(format!("{}: {}", view.name, status_line(view, rate))),
             }
         }
+        if let Some(leader) = &registry.leader {
+            let status = format!("leader election: {}", leader.status());
+            match &self.multi {
+                // On a terminal, a line above the bars when it changes.
+                Some(multi) if self.last_leader.as_ref() != Some(&status) => {
+                    let _ = multi.println(&status);
+                }
+                Some(_) => {}
+                None => lines.push(status.clone()),
+            }
+            self.last_leader = Some(status);
+        }
         lines.iter().all(|line| say(line))
     }
 
@@ -268,6 +283,13 @@ pub fn summary(registry: &Registry, ran: Duration) -> Vec<String> {
         ran,
         registry.informers.len()
     )];
+    if let Some(leader) = &registry.leader {
+        out.push(format!(
+            "  leader election: {}; {} leadership transition(s)",
+            leader.status(),
+            leader.transitions()
+        ));
+    }
     for view in &registry.informers {
         let s = view.informer.stats();
         out.push(format!(
