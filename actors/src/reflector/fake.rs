@@ -20,6 +20,7 @@ use super::sink::Sink;
 use super::source::{ListerWatcher, PageRequest, WatchStream};
 use super::state::{ReflectorOptions, ReflectorState, WatchRequest};
 use super::stats::ReflectorStats;
+use super::warm_start::{RestoreFn, Restored};
 use crate::delta_fifo::{FifoClosed, WatchDelta};
 
 /// One step of a scripted watch stream; a stream whose steps run out closes cleanly.
@@ -253,6 +254,12 @@ impl Sink<ConfigMap> for Recorder {
         Ok(())
     }
 
+    async fn restore(&self, objects: Vec<Arc<ConfigMap>>, rv: String) -> Result<(), FifoClosed> {
+        let names: Vec<String> = objects.iter().map(|o| name_at(o)).collect();
+        self.push(format!("restore {rv} [{}]", names.join(" ")));
+        Ok(())
+    }
+
     async fn enqueue(&self, events: Vec<WatchDelta<ConfigMap>>) -> Result<(), FifoClosed> {
         let events: Vec<String> = events
             .iter()
@@ -277,6 +284,9 @@ pub struct Driven {
     pub rv: watch::Receiver<String>,
     /// The jitter of every wait: 0 by default (every wait its base delay).
     pub jitter: fn() -> f64,
+    /// A snapshot the first run starts from: its resourceVersion and
+    /// `(name, rv)` objects.
+    pub restore: Option<(&'static str, Vec<(&'static str, &'static str)>)>,
 }
 
 impl Driven {
@@ -288,6 +298,7 @@ impl Driven {
             stats: Arc::default(),
             rv: watch::channel(String::new()).1,
             jitter: || 0.0,
+            restore: None,
         }
     }
 
@@ -295,6 +306,18 @@ impl Driven {
     pub async fn run_for(&mut self, until: Duration) {
         let (rv, rx) = watch::channel(String::new());
         self.rv = rx;
+        let mut restore = self.restore.take().map(|(at, objects)| {
+            let restored = Restored {
+                objects: objects
+                    .iter()
+                    .map(|(name, rv)| crate::testing::configmap(name, rv))
+                    .collect(),
+                resource_version: at.to_owned(),
+            };
+            let read: RestoreFn<ConfigMap> =
+                Box::new(move || Box::pin(async move { Some(restored) }));
+            read
+        });
         let runs = async {
             let mut delay = Duration::ZERO;
             loop {
@@ -305,7 +328,8 @@ impl Driven {
                     rv.clone(),
                     self.stats.clone(),
                 )
-                .jitter(self.jitter);
+                .jitter(self.jitter)
+                .restore(restore.take());
                 match run.run(delay).await {
                     Exit::Relist(d) => delay = d,
                     Exit::SinkClosed => return,

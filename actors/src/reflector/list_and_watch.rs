@@ -523,6 +523,48 @@ mod tests {
         first_pages.count()
     }
 
+    /// Warm start, resumed: the snapshot goes to the sink in place of a
+    /// list, the watch starts from its resourceVersion, no list is made,
+    /// and the first event reports the path.
+    #[tokio::test(start_paused = true)]
+    async fn a_restored_snapshot_is_watched_from_its_rv_without_a_list() {
+        let mut d = Driven::new(ReflectorOptions::default());
+        d.restore = Some(("10", vec![("a", "1")]));
+        d.source.watch(&[Step::Added("b", "11"), Step::Hang]);
+        d.run_for(MINUTE).await;
+        assert_eq!(lists(&d), 0);
+        assert_eq!(watched(&d), ["10"]);
+        assert_eq!(
+            d.sink.received(),
+            ["restore 10 [a@1]", "enqueue [added b@11]"]
+        );
+        assert_eq!(d.stats.warm_start.get(), WarmStart::Resumed);
+        assert_eq!(d.stats.restored_objects.load(Ordering::Relaxed), 1);
+    }
+
+    /// Warm start, relisted: a 410 before the server's first event lists at
+    /// once (no backoff), not older than the snapshot; the list's replace is
+    /// what the DeltaFIFO diffs against the restored cache.
+    #[tokio::test(start_paused = true)]
+    async fn a_410_on_a_restored_snapshot_relists_at_once_at_its_rv() {
+        let mut d = Driven::new(ReflectorOptions::default());
+        d.restore = Some(("10", vec![("a", "1"), ("b", "2")]));
+        d.source
+            .watch_fails(Failure::Expired)
+            .page("20", &[("a", "1"), ("c", "20")], None)
+            .watch(&[Step::Hang]);
+        d.run_for(MINUTE).await;
+        let log = d.source.log();
+        assert_eq!(log[1].1, page(at("10"), None, None));
+        assert_eq!(log[1].0, log[0].0, "at once");
+        assert_eq!(
+            d.sink.received(),
+            ["restore 10 [a@1 b@2]", "replace 20 [a@1 c@20]"]
+        );
+        assert_eq!(d.stats.warm_start.get(), WarmStart::Relisted);
+        assert_eq!(watched(&d), ["10", "20"]);
+    }
+
     /// pages until the last, one Replace with the
     /// first page's resourceVersion, then a watch from it whose events go to
     /// the sink in one batch and advance the resourceVersion.
