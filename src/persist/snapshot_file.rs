@@ -131,8 +131,8 @@ fn read_checked<K: Send + Sync>(
 }
 
 /// Decodes the stored objects on every core: decoding is most of a
-/// restore's time (100k ConfigMaps restored in 1.76 s decoded on one core,
-/// BENCHMARKS.md "Warm restart"; this split is not measured yet).
+/// restore's time (100k ConfigMaps: 1.76 s on one core, 1.37 s on both of
+/// the 2-core machine, BENCHMARKS.md "Warm restart").
 fn decode_all<K: Send + Sync>(
     stored: Vec<(String, Vec<u8>)>,
     decode: Decode<K>,
