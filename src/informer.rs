@@ -213,10 +213,12 @@ where
     /// Applied once to every object before it is cached and shared (e.g. drop `managedFields`).
     /// It must be deterministic: a relist keeps the cached (transformed) object
     /// of every object whose resourceVersion did not change, without running
-    /// the transform again. It must not panic: a panic fails the list or
-    /// watch it happened in, is recorded as [`Informer::last_failure`], and
-    /// the informer relists with backoff (with `panic = "abort"`, the process
-    /// aborts).
+    /// the transform again. It should not panic: an object it panics on is
+    /// skipped until its next change or the next relist, as if it were
+    /// outside the informer's selection (a cached earlier state of it is
+    /// deleted), counted in [`InformerStats::transform_panics`], logged with
+    /// its key and recorded as [`Informer::last_failure`]; the other objects
+    /// go on. With `panic = "abort"`, the process aborts.
     pub fn transform(mut self, f: impl Fn(K) -> K + Send + Sync + 'static) -> Self {
         self.transform = Some(Arc::new(f));
         self
@@ -509,6 +511,8 @@ pub struct InformerStats {
     pub failures: u64,
     /// Panics caught in the Reflector (each one restarted it).
     pub reflector_panics: u64,
+    /// Objects skipped because the transform panicked on them.
+    pub transform_panics: u64,
     /// Milliseconds spent waiting in backoff.
     pub backoff_ms: u64,
     /// Probes of a server that did not answer, made while a backoff waited.
@@ -1083,6 +1087,7 @@ where
             events: r(&s.reflector.events),
             failures: r(&s.reflector.failures),
             reflector_panics: r(&s.reflector.panics),
+            transform_panics: r(&s.reflector.transform_panics),
             backoff_ms: r(&s.reflector.backoff_ms),
             probes: r(&s.reflector.probes),
             added: r(&s.indexer.added),

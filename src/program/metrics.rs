@@ -219,6 +219,7 @@ impl Registry {
             c("kinformer_lists_total", s.lists);
             c("kinformer_relists_total", s.relists);
             c("kinformer_reflector_panics_total", s.reflector_panics);
+            c("kinformer_transform_panics_total", s.transform_panics);
             for (reason, v) in s.watch_ends.by_reason() {
                 counter!("kinformer_watch_ends_total", "informer" => inf.clone(), "reason" => reason)
                     .absolute(v);
@@ -330,6 +331,10 @@ fn describe() {
     describe_counter!(
         "kinformer_reflector_panics_total",
         "Panics caught in the Reflector's list-watch loop (each restarted it)."
+    );
+    describe_counter!(
+        "kinformer_transform_panics_total",
+        "Objects skipped because the transform panicked on them (R-29)."
     );
     describe_counter!(
         "kinformer_watch_ends_total",

@@ -90,6 +90,7 @@ where
             sharing: Sharing {
                 transform: None,
                 cache: None,
+                stats: stats.clone(),
             },
             state,
             rv,
@@ -248,6 +249,7 @@ where
         loop {
             let req = self.state.borrow().list_request();
             self.stats.lists.fetch_add(1, Ordering::Relaxed);
+            let skipped_before = self.stats.transform_panics.load(Ordering::Relaxed);
             let mut handed_over = None;
             let outcome = if req.streaming {
                 self.streaming_list().await.map(|(items, rv, stream)| {
@@ -284,7 +286,10 @@ where
                         tracing::info!(rv = %rv, "the snapshot was too old (410): relisted, only the differences notified");
                     }
                     st.list_succeeded(&rv, paginated);
-                    self.stats.last_failure.clear();
+                    // An object skipped by this list stays the last failure.
+                    if self.stats.transform_panics.load(Ordering::Relaxed) == skipped_before {
+                        self.stats.last_failure.clear();
+                    }
                     self.stats.relists.store(st.relists(), Ordering::Relaxed);
                     drop(st);
                     self.publish_rv();
@@ -404,22 +409,22 @@ where
         };
         self.stats.events.fetch_add(1, Ordering::Relaxed);
         let rv_of = |o: &K| o.meta().resource_version.clone().unwrap_or_default();
-        match event {
-            SourceEvent::Added(o) => {
-                rvs.push(rv_of(&o));
-                batch.push(WatchDelta::Added(self.sharing.share(o)));
-            }
-            SourceEvent::Modified(o) => {
-                rvs.push(rv_of(&o));
-                batch.push(WatchDelta::Modified(self.sharing.share(o)));
-            }
-            SourceEvent::Deleted(o) => {
-                rvs.push(rv_of(&o));
-                batch.push(WatchDelta::Deleted(self.sharing.share(o)));
-            }
+        let (o, delta): (K, fn(Arc<K>) -> WatchDelta<K>) = match event {
+            SourceEvent::Added(o) => (o, WatchDelta::Added),
+            SourceEvent::Modified(o) => (o, WatchDelta::Modified),
+            SourceEvent::Deleted(o) => (o, WatchDelta::Deleted),
             SourceEvent::Bookmark {
                 resource_version, ..
-            } => rvs.push(resource_version),
+            } => {
+                rvs.push(resource_version);
+                return None;
+            }
+        };
+        rvs.push(rv_of(&o));
+        // An object the transform panicked on leaves the view.
+        match self.sharing.share(o) {
+            Ok(shared) => batch.push(delta(shared)),
+            Err(skipped) => batch.extend(self.sharing.forget(skipped).map(WatchDelta::Deleted)),
         }
         None
     }

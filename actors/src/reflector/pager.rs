@@ -19,13 +19,14 @@ pub struct Listed<T> {
 
 /// Lists `req` through `source`, applying `map` to each object as soon as
 /// its page is decoded (with `map` sharing and transforming objects, a list
-/// never holds the decoded objects and their shared form at once), and
+/// never holds the decoded objects and their shared form at once; an object
+/// it maps to `None` is left out), and
 /// calling `progress(items_so_far, total_hint)` after each page.
 pub async fn list_all<K, S, T>(
     source: &mut S,
     req: &ListRequest,
     mut progress: impl FnMut(u64, Option<u64>),
-    mut map: impl FnMut(K) -> T,
+    mut map: impl FnMut(K) -> Option<T>,
 ) -> Result<Listed<T>, Failure>
 where
     S: ListerWatcher<K>,
@@ -52,7 +53,7 @@ where
                 let list = source.list_page(&full).await?;
                 progress(list.items.len() as u64, None);
                 return Ok(Listed {
-                    items: list.items.into_iter().map(map).collect(),
+                    items: list.items.into_iter().filter_map(map).collect(),
                     resource_version: list.resource_version.unwrap_or_default(),
                     paginated: true,
                 });
@@ -72,7 +73,7 @@ where
             }
         }
         let token = page.continue_token.clone().filter(|c| !c.is_empty());
-        items.extend(page.items.into_iter().map(&mut map));
+        items.extend(page.items.into_iter().filter_map(&mut map));
         progress(items.len() as u64, total_hint);
         match token {
             Some(token) => next.continue_token = Some(token),

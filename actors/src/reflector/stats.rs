@@ -23,6 +23,8 @@ pub struct ReflectorStats {
     pub failures: AtomicU64,
     /// Panics caught in the list-watch loop.
     pub panics: AtomicU64,
+    /// Objects skipped because the transform panicked on them.
+    pub transform_panics: AtomicU64,
     /// Objects received by the list in progress, and the total the server announced.
     pub list_progress: AtomicU64,
     /// The total the server announced for the list in progress (0 when unknown).

@@ -78,7 +78,7 @@ where
         })?;
         match event {
             SourceEvent::Added(o) | SourceEvent::Modified(o) => {
-                items.push(sharing.share_listed(o, cached.as_ref()));
+                items.extend(sharing.share_listed(o, cached.as_ref()));
                 stats
                     .list_progress
                     .store(items.len() as u64, Ordering::Relaxed);
