@@ -58,6 +58,19 @@ impl Calls {
         Running(self, calls.len() - 1)
     }
 
+    /// Records a reconcile reported by another process (its times mapped to
+    /// this one's clock); answers its index for [`ended`](Self::ended).
+    pub fn push(&self, call: Call) -> usize {
+        let mut calls = self.0.lock().unwrap();
+        calls.push(call);
+        calls.len() - 1
+    }
+
+    /// Sets the end of the reconcile [`push`](Self::push) answered `i` for.
+    pub fn ended(&self, i: usize, at: Instant) {
+        self.0.lock().unwrap()[i].ended = Some(at);
+    }
+
     pub fn all(&self) -> Vec<Call> {
         self.0.lock().unwrap().clone()
     }

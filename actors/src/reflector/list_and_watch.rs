@@ -33,6 +33,9 @@ use super::warm_start::{RestoreFn, Restored, WarmStart};
 use crate::delta_fifo::WatchDelta;
 use crate::indexer::CacheReader;
 
+/// Which watch delta a shared object becomes.
+type MakeDelta<K> = fn(Arc<K>) -> WatchDelta<K>;
+
 /// Most watch events handed to the sink in one batch.
 const WATCH_BATCH: usize = 256;
 
@@ -409,7 +412,7 @@ where
         };
         self.stats.events.fetch_add(1, Ordering::Relaxed);
         let rv_of = |o: &K| o.meta().resource_version.clone().unwrap_or_default();
-        let (o, delta): (K, fn(Arc<K>) -> WatchDelta<K>) = match event {
+        let (o, delta): (K, MakeDelta<K>) = match event {
             SourceEvent::Added(o) => (o, WatchDelta::Added),
             SourceEvent::Modified(o) => (o, WatchDelta::Modified),
             SourceEvent::Deleted(o) => (o, WatchDelta::Deleted),
