@@ -15,7 +15,7 @@ use std::time::Duration;
 use common::*;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kinformer::{Cause, Informer, InformerBuilder, WarmStart};
-use kinformer_apiserver::ServerHandle;
+use kinformer_apiserver::{Failure, ServerHandle, Verb};
 
 const DEADLINE: Duration = Duration::from_secs(30);
 
@@ -269,6 +269,35 @@ async fn a_truncated_or_garbled_snapshot_is_discarded_and_the_informer_lists() {
         .await;
         informer.stop().await;
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An informer stopped before its first consistent state leaves a snapshot
+/// never committed: the next one treats it as no snapshot (lists, counts
+/// nothing discarded) and commits over it.
+#[actix::test]
+async fn a_snapshot_never_committed_is_no_snapshot_not_a_damaged_one() {
+    let server = server(10_000);
+    seed(&server);
+    let dir = snapshot_dir("never-committed");
+    server
+        .faults()
+        .fail_next(Verb::List, 1_000, Failure::Internal);
+    let first = persisted(&server, &dir).start().unwrap();
+    eventually(DEADLINE, "the failing lists", || {
+        first.stats().failures >= 2
+    })
+    .await;
+    first.stop().await;
+    server.faults().clear();
+    let informer = persisted(&server, &dir).start().unwrap();
+    let log = subscribed(&informer).await;
+    converges(&server, &log, "the second informer's view").await;
+    let status = informer.persistence().unwrap();
+    assert_eq!((status.discarded, &status.error), (0, &None), "{status:?}");
+    assert_eq!(informer.stats().warm_start, WarmStart::Cold);
+    snapshot_caught_up(&server, &informer, "the first committed snapshot").await;
+    informer.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
 

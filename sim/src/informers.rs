@@ -1,15 +1,19 @@
 //! The informer probe: three informers (every namespace; `tier=a` in every
 //! namespace, whose objects move in and out; `sim-b` only, started and
-//! stopped during the run) and their subscribers of every kind, checked
-//! against the server at the end and against their memory bounds throughout.
+//! stopped during the run, persisting its cache so that each start after
+//! the first is a warm restart from its snapshot) and their subscribers of
+//! every kind, checked against the server at the end and against their
+//! memory bounds throughout.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kinformer::{
     Backoff, FifoOptions, Informer, InformerError, InformerStats, OverflowPolicy, SubscribeOptions,
-    Subscription,
+    Subscription, WarmStart,
 };
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -63,7 +67,12 @@ pub struct InformerProbe {
     subs: Vec<Sub>,
     over_bound: Vec<String>,
     extra: Vec<String>,
+    /// Where the `sim-b` informer keeps its snapshot (removed at the end).
+    snapshots: PathBuf,
 }
+
+/// Tells the snapshot directories of the runs of one process apart.
+static RUNS: AtomicU64 = AtomicU64::new(0);
 
 impl Default for InformerProbe {
     fn default() -> Self {
@@ -91,6 +100,11 @@ impl InformerProbe {
             subs: Vec::new(),
             over_bound: Vec::new(),
             extra: Vec::new(),
+            snapshots: std::env::temp_dir().join(format!(
+                "kinformer-sim-{}-{}",
+                std::process::id(),
+                RUNS.fetch_add(1, Ordering::Relaxed)
+            )),
         }
     }
 
@@ -143,6 +157,10 @@ impl InformerProbe {
             .index("tier", tier_index);
         if let Some(selector) = selection.label_selector() {
             b = b.label_selector(selector);
+        }
+        if slot == InformerSlot::Namespaced {
+            // A stop and a start are a process restart with persistence on.
+            b = b.persist(&self.snapshots, "sim");
         }
         let informer = b.start()?;
         self.informers.push(Inf {
@@ -301,6 +319,21 @@ impl InformerProbe {
         s.unsubscribed_at = Some(s.log.lock().unwrap_or_else(|p| p.into_inner()).events.len());
     }
 
+    /// Starts the namespaced informer with a Block subscriber (no-op when
+    /// running); after a stop it starts from the snapshot its predecessor left.
+    async fn start_namespaced(&mut self, world: &World) {
+        if self.running(InformerSlot::Namespaced).is_some() {
+            return;
+        }
+        match self.start_informer(world, InformerSlot::Namespaced) {
+            Ok(i) => {
+                self.subscribe(i, SubscriberKind::Block { capacity: 4 }, false)
+                    .await
+            }
+            Err(e) => self.extra.push(format!("start sim-b informer: {e}")),
+        }
+    }
+
     async fn stop_namespaced(&mut self) {
         let Some(i) = self.running(InformerSlot::Namespaced) else {
             return;
@@ -424,6 +457,17 @@ impl InformerProbe {
                 ));
             }
         }
+        for inf in &self.informers {
+            // No disk fault is simulated: a snapshot is never damaged.
+            if let Some(p) = inf.informer.persistence()
+                && (p.error.is_some() || p.discarded > 0)
+            {
+                out.push(format!(
+                    "informer {}: persistence failed: {:?}, discarded {} ({:?})",
+                    inf.name, p.error, p.discarded, p.discarded_because
+                ));
+            }
+        }
         for (i, inf) in self.informers.iter().enumerate() {
             let lost = self
                 .subs
@@ -538,18 +582,12 @@ impl Probe for InformerProbe {
             }
             Consumer::Unsubscribe { pick } => self.unsubscribe(*pick).await,
             Consumer::OpenGates => self.open_gates(),
-            Consumer::StartNamespaced => {
-                if self.running(InformerSlot::Namespaced).is_none() {
-                    match self.start_informer(world, InformerSlot::Namespaced) {
-                        Ok(i) => {
-                            self.subscribe(i, SubscriberKind::Block { capacity: 4 }, false)
-                                .await
-                        }
-                        Err(e) => self.extra.push(format!("start sim-b informer: {e}")),
-                    }
-                }
-            }
+            Consumer::StartNamespaced => self.start_namespaced(world).await,
             Consumer::StopNamespaced => self.stop_namespaced().await,
+            Consumer::RestartNamespaced => {
+                self.stop_namespaced().await;
+                self.start_namespaced(world).await;
+            }
         }
     }
 
@@ -609,6 +647,7 @@ impl Probe for InformerProbe {
                 inf.stopped = true;
             }
         }
+        let _ = std::fs::remove_dir_all(&self.snapshots);
     }
 
     fn summary(&self) -> BTreeMap<&'static str, u64> {
@@ -624,6 +663,10 @@ impl Probe for InformerProbe {
                 ..
             } = inf.informer.stats();
             add("informers", 1);
+            add(
+                "warm_starts",
+                u64::from(!matches!(inf.informer.stats().warm_start, WarmStart::Cold)),
+            );
             add("relists", relists);
             add("watch_restarts", watch_restarts);
             add("failures", failures);

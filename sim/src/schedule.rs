@@ -259,6 +259,10 @@ pub enum Consumer {
     StartNamespaced,
     /// Stop the namespaced informer (no-op when not running).
     StopNamespaced,
+    /// Stop the namespaced informer and start it again at once from its
+    /// snapshot: a process restart with persistence on (a start when not
+    /// running).
+    RestartNamespaced,
 }
 
 /// One step of a schedule.
@@ -583,8 +587,9 @@ impl Gen {
                 pick: self.rng.random(),
             },
             70..=79 => Consumer::OpenGates,
-            80..=89 => Consumer::StartNamespaced,
-            _ => Consumer::StopNamespaced,
+            80..=86 => Consumer::StartNamespaced,
+            87..=93 => Consumer::StopNamespaced,
+            _ => Consumer::RestartNamespaced,
         }
     }
 
@@ -744,6 +749,7 @@ mod tests {
             "OpenGates",
             "StartNamespaced",
             "StopNamespaced",
+            "RestartNamespaced",
             "Pause",
         ] {
             assert!(

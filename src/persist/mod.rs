@@ -201,6 +201,12 @@ fn open<K: Object>(
             (Some(restored), Ok(l.db))
         }
         Ok(None) => (None, snapshot_file::create(&path, &identity)),
+        // Never committed (the last process stopped before its first
+        // consistent state): no snapshot yet, nothing damaged or discarded.
+        Err(SnapshotError::Empty) => {
+            tracing::info!(file = %path.display(), "the snapshot was never committed; listing");
+            (None, snapshot_file::create(&path, &identity))
+        }
         Err(e) => {
             tracing::warn!(file = %path.display(), reason = e.reason(), error = %e, "snapshot discarded; listing");
             stats.discarded.fetch_add(1, Ordering::Relaxed);

@@ -6,6 +6,7 @@
 //! cargo run --release -p kinformer-sim --bin kinformer-sim -- --schedules 5000 --jobs 2 --profile long
 //! ```
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -42,11 +43,14 @@ fn main() -> anyhow::Result<()> {
     let next = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicU64::new(0));
     let failed: Arc<Mutex<Vec<RunOutcome>>> = Arc::default();
+    // The probes' counters summed over every schedule run.
+    let totals: Arc<Mutex<BTreeMap<&'static str, u64>>> = Arc::default();
     let t0 = Instant::now();
     let stop_at = args.max_time.map(|d| t0 + d);
     let mut threads = Vec::new();
     for _ in 0..args.jobs.max(1) {
-        let (next, done, failed) = (next.clone(), done.clone(), failed.clone());
+        let (next, done, failed, totals) =
+            (next.clone(), done.clone(), failed.clone(), totals.clone());
         let (total, start) = (args.schedules, args.start);
         threads.push(std::thread::spawn(move || {
             actix::System::new().block_on(async move {
@@ -58,6 +62,12 @@ fn main() -> anyhow::Result<()> {
                     let seed = start + i;
                     let outcome =
                         simulate(&generate(seed, profile), &mut InformerProbe::new()).await;
+                    {
+                        let mut totals = totals.lock().unwrap_or_else(|p| p.into_inner());
+                        for (k, v) in &outcome.summary {
+                            *totals.entry(k).or_insert(0) += v;
+                        }
+                    }
                     if !outcome.divergences.is_empty() {
                         println!(
                             "DIVERGED seed {seed} after {:?}:\n  {}\n  reproduce: {}",
@@ -97,6 +107,9 @@ fn main() -> anyhow::Result<()> {
         let _ = t.join();
     }
     report(true);
+    let totals = totals.lock().unwrap_or_else(|p| p.into_inner());
+    let totals: Vec<String> = totals.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    println!("totals: {}", totals.join(", "));
     let failed = failed.lock().unwrap_or_else(|p| p.into_inner());
     for o in failed.iter() {
         println!("diverged: {}", o.reproduction());
