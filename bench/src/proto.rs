@@ -138,8 +138,13 @@ impl Variant {
     }
 }
 
+/// How long a restarted kinformer child waits for the server to confirm its
+/// restored cache: a resume is confirmed by the watch's first event or
+/// bookmark, which a quiet server may send minutes later.
+pub const CONFIRM_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// The object type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Kind {
     /// ~1.3 KB ConfigMaps.
@@ -262,6 +267,10 @@ pub struct ChildSpec {
     /// The controller, for [`Job::Controller`].
     #[serde(default)]
     pub controller: CtlSpec,
+    /// kinformer only: keep the cache in a snapshot in this directory and
+    /// start from it (`InformerBuilder::persist`, the restart workload).
+    #[serde(default)]
+    pub persist: Option<String>,
 }
 
 /// A command from the parent.

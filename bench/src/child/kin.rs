@@ -6,15 +6,16 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use kinformer::{
-    Cause, Event, EventBatch, Informer, OverflowPolicy, SubscribeOptions, Subscription,
+    Cause, Event, EventBatch, Informer, OverflowPolicy, SubscribeOptions, Subscription, WarmStart,
 };
 use kinformer_actors::Object;
 use kube::Api;
+use serde_json::{Value, json};
 
 use super::Under;
 use crate::objects::seed_index;
 use crate::probe::Probe;
-use crate::proto::{ChildSpec, Delivery, Policy, Stall, Strip, SubSpec};
+use crate::proto::{CONFIRM_WAIT, ChildSpec, Delivery, Policy, Stall, Strip, SubSpec};
 
 /// A subscriber actor that records into its [`Probe`] and may stall once.
 struct Recorder {
@@ -107,7 +108,10 @@ pub struct KinUnder<K: Object> {
 }
 
 /// Builds and starts the informer and subscribes the recorders.
-pub async fn start<K: Object>(api: Api<K>, spec: &ChildSpec) -> anyhow::Result<KinUnder<K>> {
+pub async fn start<K>(api: Api<K>, spec: &ChildSpec) -> anyhow::Result<KinUnder<K>>
+where
+    K: Object + serde::Serialize + serde::de::DeserializeOwned,
+{
     let mut builder = Informer::builder(api)
         .page_size(spec.page_size)
         .streaming_lists(spec.variant.streaming);
@@ -120,11 +124,18 @@ pub async fn start<K: Object>(api: Api<K>, spec: &ChildSpec) -> anyhow::Result<K
     if spec.variant.strip == Strip::AtDecode {
         builder = builder.skip_managed_fields(true);
     }
+    if let Some(dir) = &spec.persist {
+        builder = builder.persist(dir, "bench");
+    }
     let informer = builder.start()?;
     let mut subs = Vec::new();
     let mut probes = Vec::new();
     for s in &spec.subscribers {
         let probe = Arc::new(Probe::new(resync_tracking(spec, s)).count_to(spec.count_to));
+        if spec.persist.is_some() {
+            // A restart counts what it notifies beyond the initial adds from the start.
+            probe.begin();
+        }
         let actor = Recorder {
             probe: probe.clone(),
             stall: s.stall,
@@ -206,5 +217,71 @@ impl<K: Object> Under for KinUnder<K> {
 
     fn probes(&self) -> &[Arc<Probe>] {
         &self.probes
+    }
+
+    async fn warm_report(
+        &self,
+        timeout: Duration,
+        t0: std::time::Instant,
+    ) -> anyhow::Result<Value> {
+        if self.informer.persistence().is_none() {
+            return Ok(Value::Null);
+        }
+        // Confirmed by the server (a restored cache resumed or relisted) and
+        // what that brought handled by every subscriber. A resume is
+        // confirmed by the watch's first event or bookmark, which a quiet
+        // server may send only minutes later: waited for a few seconds only.
+        let confirmed = || {
+            let s = self.informer.stats();
+            s.warm_start != WarmStart::Restored
+                && s.queued_deltas == 0
+                && self.pending().iter().all(|p| *p == 0)
+        };
+        let waited = std::time::Instant::now();
+        let confirmed_ms = loop {
+            if confirmed() {
+                break Some(t0.elapsed().as_secs_f64() * 1000.0);
+            }
+            if waited.elapsed() >= CONFIRM_WAIT {
+                break None;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        };
+        // Once confirmed, the snapshot commits what the informer holds (a
+        // restored one not yet confirmed is already at its resourceVersion).
+        let caught_up = || {
+            let rv = self.informer.last_sync_resource_version();
+            self.informer
+                .persistence()
+                .is_some_and(|p| !rv.is_empty() && p.resource_version == rv)
+        };
+        let deadline = std::time::Instant::now() + timeout;
+        while confirmed_ms.is_some() && !caught_up() {
+            anyhow::ensure!(
+                std::time::Instant::now() < deadline,
+                "the snapshot did not catch up within {timeout:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let s = self.informer.stats();
+        let p = self.informer.persistence().unwrap_or_default();
+        let probe = self.probes.first().map(|p| p.report());
+        Ok(json!({
+            "warm_start": format!("{:?}", s.warm_start),
+            "confirmed_ms": confirmed_ms,
+            "lists": s.lists,
+            "restored_objects": s.restored_objects,
+            "restore_ms": s.restore_ms,
+            "notified_relisted": probe.as_ref().map_or(0, |r| r.relisted),
+            "notified_watch": probe.as_ref().map_or(0, |r| r.other + r.stamped),
+            "notified_deleted": probe.as_ref().map_or(0, |r| r.deleted),
+            "notified_tombstones": probe.as_ref().map_or(0, |r| r.tombstones),
+            "file_bytes": p.file_bytes,
+            "commits": p.commits,
+            "objects_written": p.objects_written,
+            "bytes_written": p.bytes_written,
+            "write_micros": p.write_micros,
+            "discarded": p.discarded,
+        }))
     }
 }

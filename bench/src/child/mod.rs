@@ -51,7 +51,16 @@ pub(crate) trait Under {
     fn queued(&self) -> usize;
     /// The subscribers' probes.
     fn probes(&self) -> &[Arc<Probe>];
+    /// With a snapshot (kinformer's `persist`): waits until the server
+    /// confirmed the cache and the snapshot caught up, and reports the warm
+    /// start (times from `t0`); `Null` without one.
+    async fn warm_report(&self, _timeout: Duration, _t0: Instant) -> anyhow::Result<Value> {
+        Ok(Value::Null)
+    }
 }
+
+/// When this process started running the child (a restart is timed from it).
+static PROCESS_START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
 
 /// Prints one message for the parent.
 pub fn emit(event: &str, data: Value) {
@@ -67,6 +76,7 @@ pub fn emit(event: &str, data: Value) {
 
 /// Runs the child described by `spec`; errors are reported to the parent too.
 pub fn run(spec: ChildSpec) -> anyhow::Result<()> {
+    PROCESS_START.get_or_init(Instant::now);
     let spec_lib = spec.variant.lib;
     // Once done, exit at once: tearing down gigabytes of cache is not
     // measured, and would only lengthen the run and blur profiles.
@@ -114,7 +124,10 @@ pub fn client(url: &str) -> anyhow::Result<kube::Client> {
 
 async fn typed<K>(spec: ChildSpec) -> anyhow::Result<()>
 where
-    K: Object + KrtObject + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K: Object
+        + KrtObject
+        + serde::Serialize
+        + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
 {
     let client = client(&spec.url)?;
     let api: Api<K> = Api::namespaced(client.clone(), &spec.namespace);
@@ -206,12 +219,18 @@ async fn job<U: Under>(
     let sync_peak = sampler.peak().saturating_sub(base.heap0);
     under.subscribers_synced(PATIENCE).await?;
     let subs_sync = base.t0.elapsed();
+    let process_start = *PROCESS_START.get_or_init(Instant::now);
+    let start_to_synced = process_start.elapsed();
     let sync_cpu = cpu_time().saturating_sub(base.cpu0);
+    // Before the steady reading: it times the server's confirmation.
+    let warm = under.warm_report(PATIENCE, process_start).await?;
     // Let decode buffers and queues drain before the steady reading.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let steady = heap_now().saturating_sub(base.heap0);
     let objects = under.objects();
     let synced = json!({
+        "start_to_synced_ms": ms(start_to_synced),
+        "warm": warm,
         "objects": objects,
         "sync_ms": ms(sync),
         "subscribers_synced_ms": ms(subs_sync),

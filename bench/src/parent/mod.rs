@@ -5,6 +5,7 @@ pub mod child;
 mod churn;
 mod controller;
 mod relist;
+mod restart;
 mod resync;
 mod slow;
 mod sync;
@@ -71,6 +72,8 @@ pub struct Scale {
     pub ctl_startup_objects: usize,
     /// Controller workload: real changes made during the initial reconciles.
     pub ctl_changes: usize,
+    /// Restart workload: the object kinds and counts restarted.
+    pub restart_sizes: Vec<(Kind, usize)>,
 }
 
 impl Scale {
@@ -110,6 +113,7 @@ impl Scale {
             ctl_workers: 8,
             ctl_startup_objects: 100_000,
             ctl_changes: 100,
+            restart_sizes: vec![(Kind::ConfigMap, 100_000), (Kind::Pod, 10_000)],
         }
     }
 
@@ -140,12 +144,21 @@ impl Scale {
             ctl_workers: 8,
             ctl_startup_objects: 1_000,
             ctl_changes: 20,
+            restart_sizes: vec![(Kind::ConfigMap, 200), (Kind::Pod, 100)],
         }
     }
 }
 
 /// The workloads, by name.
-pub const WORKLOADS: [&str; 6] = ["sync", "churn", "slow", "relist", "resync", "controller"];
+pub const WORKLOADS: [&str; 7] = [
+    "sync",
+    "churn",
+    "slow",
+    "relist",
+    "resync",
+    "controller",
+    "restart",
+];
 
 /// Runs one workload and returns its report section.
 pub fn run_workload(name: &str, scale: &Scale) -> anyhow::Result<Section> {
@@ -157,6 +170,7 @@ pub fn run_workload(name: &str, scale: &Scale) -> anyhow::Result<Section> {
         "relist" => relist::run(scale),
         "resync" => resync::run(scale),
         "controller" => controller::run(scale),
+        "restart" => restart::run(scale),
         other => anyhow::bail!("unknown workload {other}"),
     }
 }
@@ -223,6 +237,7 @@ pub fn spec(
         count_to: 0,
         control_watch: false,
         controller: crate::proto::CtlSpec::default(),
+        persist: None,
     }
 }
 
