@@ -97,7 +97,7 @@ where
             cluster: cluster.into(),
             schema,
             encode: |o| serde_json::to_vec(o),
-            decode: |b| serde_json::from_slice(b),
+            decode: |d, b| d.decode(b, DecodeOptions::default()),
         });
         self
     }

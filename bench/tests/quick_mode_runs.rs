@@ -68,7 +68,7 @@ fn quick_mode_runs() {
         serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
     assert_eq!(report["scale"]["name"], "quick");
     let sections = report["sections"].as_array().unwrap();
-    assert_eq!(sections.len(), 6, "one section per workload");
+    assert_eq!(sections.len(), 7, "one section per workload");
     for s in sections {
         assert!(
             !s["tables"].as_array().unwrap().is_empty(),
@@ -153,6 +153,35 @@ fn quick_mode_runs() {
     let bars = controller["bars"].as_array().unwrap();
     assert_eq!(bars.len(), 3);
     assert!(bars.iter().all(|b| b["met"].is_boolean()), "{bars:?}");
+    // Restart: the resume made no list request and took the restored path;
+    // after the 410 only the real changes were notified.
+    let restart = section(&report, "restart");
+    for table in 0..restart["tables"].as_array().unwrap().len() {
+        let rows = cells(restart, table);
+        assert_eq!(rows.len(), 5, "{rows:?}");
+        let resume = rows.iter().find(|r| r[0].starts_with("(a)")).unwrap();
+        assert_eq!(
+            (resume[1].as_str(), number(&resume[5])),
+            ("Restored", 0.0),
+            "{resume:?}"
+        );
+        let relist = rows.iter().find(|r| r[0].starts_with("(b)")).unwrap();
+        assert_eq!(
+            (relist[1].as_str(), number(&relist[5])),
+            ("Relisted", 1.0),
+            "{relist:?}"
+        );
+        assert!(rows.iter().all(|r| number(&r[2]) > 0.0), "{rows:?}");
+    }
+    for bar in restart["bars"].as_array().unwrap() {
+        if bar["bar"]
+            .as_str()
+            .unwrap()
+            .contains("only the real changes")
+        {
+            assert_eq!(bar["met"], true, "{bar}");
+        }
+    }
 
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     for title in [
@@ -162,6 +191,7 @@ fn quick_mode_runs() {
         "Workload 4",
         "Workload 5",
         "Workload 6",
+        "Workload 7",
     ] {
         assert!(md.contains(title), "{title} missing from report.md");
     }

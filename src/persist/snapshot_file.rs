@@ -15,6 +15,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use kinformer_actors::reflector::decode::ObjectDecoder;
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 
 use super::error::SnapshotError;
@@ -28,8 +29,8 @@ const SCHEMA: &str = "schema";
 const RESOURCE_VERSION: &str = "resource_version";
 const COUNT: &str = "count";
 
-/// Decodes one stored object.
-pub type Decode<K> = fn(&[u8]) -> Result<K, serde_json::Error>;
+/// Decodes one stored object (with a decoder each decoding thread keeps).
+pub type Decode<K> = fn(&mut ObjectDecoder, &[u8]) -> Result<K, serde_json::Error>;
 /// Encodes one object for storage.
 pub type Encode<K> = fn(&K) -> Result<Vec<u8>, serde_json::Error>;
 
@@ -140,10 +141,11 @@ fn decode_all<K: Send + Sync>(
     let threads = std::thread::available_parallelism().map_or(1, usize::from);
     let per_thread = stored.len().div_ceil(threads).max(1);
     let decode_chunk = |chunk: &[(String, Vec<u8>)]| -> Result<Vec<Arc<K>>, SnapshotError> {
+        let mut decoder = ObjectDecoder::default();
         chunk
             .iter()
             .map(|(key, bytes)| {
-                decode(bytes)
+                decode(&mut decoder, bytes)
                     .map(Arc::new)
                     .map_err(|e| SnapshotError::Corrupt(format!("{key}: {e}")))
             })
@@ -279,7 +281,7 @@ mod tests {
         }
     }
 
-    fn decode(b: &[u8]) -> Result<String, serde_json::Error> {
+    fn decode(_: &mut ObjectDecoder, b: &[u8]) -> Result<String, serde_json::Error> {
         serde_json::from_slice(b)
     }
 
@@ -393,7 +395,7 @@ mod tests {
             "garbage"
         );
         let db = create(&path, &id).unwrap();
-        let wrong = |_: &[u8]| serde_json::from_slice::<String>(b"{");
+        let wrong = |_: &mut ObjectDecoder, _: &[u8]| serde_json::from_slice::<String>(b"{");
         commit(&db, vec![("ns/a", Some(&x))], "5", 1);
         drop(db);
         assert!(

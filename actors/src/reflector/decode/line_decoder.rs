@@ -8,29 +8,19 @@ use std::marker::PhantomData;
 use serde::de::{DeserializeOwned, Deserializer};
 
 use super::options::DecodeOptions;
-use super::tape::TapeParser;
+use super::tape::CopyingTape;
 use super::watch_line::{EnvelopeVisitor, WatchLine, decode_watch_line};
-
-/// Watch lines longer than this go straight to serde_json, so that the
-/// scratch space a [`LineDecoder`] keeps stays small.
-const MAX_TAPE_LINE: usize = 2 << 20;
-
-/// After a line longer than this, a [`LineDecoder`] lets its scratch
-/// space go.
-const KEEP_TAPE_SCRATCH: usize = 256 << 10;
 
 /// Decodes the lines of one watch, keeping a scratch copy of the line
 /// and simd-json's scratch space from line to line.
 pub struct LineDecoder {
-    scratch: Vec<u8>,
-    parser: TapeParser,
+    tape: CopyingTape,
 }
 
 impl Default for LineDecoder {
     fn default() -> Self {
         LineDecoder {
-            scratch: Vec::new(),
-            parser: TapeParser::new(),
+            tape: CopyingTape::new(),
         }
     }
 }
@@ -49,22 +39,16 @@ impl LineDecoder {
         line: &[u8],
         options: DecodeOptions,
     ) -> Result<WatchLine<K>, serde_json::Error> {
-        if line.len() > MAX_TAPE_LINE {
-            return decode_watch_line(line, options);
-        }
-        self.scratch.clear();
-        self.scratch.extend_from_slice(line);
-        let decoded = self.parser.parse(&mut self.scratch, |de| {
-            de.deserialize_map(EnvelopeVisitor::<K> {
-                options,
-                _k: PhantomData,
-            })
-        });
-        if line.len() > KEEP_TAPE_SCRATCH {
-            *self = LineDecoder::default();
-        }
-        // A line simd-json refuses goes to serde_json, whose verdict stands.
-        decoded.or_else(|_| decode_watch_line(line, options))
+        self.tape.decode(
+            line,
+            |de| {
+                de.deserialize_map(EnvelopeVisitor::<K> {
+                    options,
+                    _k: PhantomData,
+                })
+            },
+            |line| decode_watch_line(line, options),
+        )
     }
 }
 

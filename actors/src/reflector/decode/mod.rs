@@ -3,8 +3,9 @@
 //! - [`page`]: a list page keeps only its `metadata` and `items`.
 //! - [`watch_line`]: a watch line's `{type, object}` envelope, decoded
 //!   tag first into `K`, a bookmark or a `Status`.
-//! - [`PageDecoder`] and [`LineDecoder`]: the same through simd-json's tape
-//!   (`tape`), which gives every `Vec` its exact capacity.
+//! - [`PageDecoder`], [`LineDecoder`] and [`ObjectDecoder`] (one object, a
+//!   snapshot's): the same through simd-json's tape (`tape`), which gives
+//!   every `Vec` its exact capacity.
 //! - [`DecodeOptions::skip_managed_fields`]: `metadata.managedFields` is
 //!   skipped by the parser (`managed_fields`), never allocated.
 
@@ -24,7 +25,7 @@ mod utf8;
 pub mod watch_line;
 
 pub use line_decoder::LineDecoder;
-pub use object::decode_object;
+pub use object::{ObjectDecoder, decode_object};
 pub use options::DecodeOptions;
 pub use page::{Page, decode_page, peek_continue};
 pub use page_decoder::{MAX_TAPE_BODY, PageDecoder, PageError};

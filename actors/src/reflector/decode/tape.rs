@@ -53,3 +53,49 @@ impl TapeParser {
         result
     }
 }
+
+/// Inputs longer than this go straight to serde_json, so that the scratch
+/// space a [`CopyingTape`] keeps stays small.
+const MAX_TAPE_INPUT: usize = 2 << 20;
+
+/// After an input longer than this, a [`CopyingTape`] lets its scratch
+/// space go.
+const KEEP_TAPE_SCRATCH: usize = 256 << 10;
+
+/// A [`TapeParser`] over a scratch copy of each input, so that an input
+/// simd-json refuses goes to serde_json intact, whose verdict (and error
+/// kinds: an input cut short is an EOF) then stands.
+pub(super) struct CopyingTape {
+    scratch: Vec<u8>,
+    parser: TapeParser,
+}
+
+impl CopyingTape {
+    pub(super) fn new() -> Self {
+        CopyingTape {
+            scratch: Vec::new(),
+            parser: TapeParser::new(),
+        }
+    }
+
+    /// `visit` over simd-json's tape of `input`; `serde_json` (given
+    /// `input`) when the input is too long for the tape or simd-json
+    /// refuses it. `input` is left intact.
+    pub(super) fn decode<T>(
+        &mut self,
+        input: &[u8],
+        visit: impl for<'de> FnOnce(&mut simd_json::Deserializer<'de>) -> simd_json::Result<T>,
+        serde_json: impl FnOnce(&[u8]) -> Result<T, serde_json::Error>,
+    ) -> Result<T, serde_json::Error> {
+        if input.len() > MAX_TAPE_INPUT {
+            return serde_json(input);
+        }
+        self.scratch.clear();
+        self.scratch.extend_from_slice(input);
+        let decoded = self.parser.parse(&mut self.scratch, visit);
+        if input.len() > KEEP_TAPE_SCRATCH {
+            *self = CopyingTape::new();
+        }
+        decoded.or_else(|_| serde_json(input))
+    }
+}
