@@ -117,13 +117,16 @@ fn read_checked<K: Send + Sync>(
             table.len()?
         )));
     }
+    let started = std::time::Instant::now();
     let mut stored = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
     for entry in table.iter()? {
         let (key, value) = entry?;
         stored.push((key.value().to_owned(), value.value().to_vec()));
     }
     drop((meta, table, txn));
+    let read = started.elapsed();
     let objects = decode_all(stored, decode)?;
+    tracing::debug!(objects = count, ?read, decoded = ?started.elapsed() - read, "snapshot read");
     Ok(Some(Loaded {
         objects,
         resource_version,
