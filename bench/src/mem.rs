@@ -113,9 +113,71 @@ pub fn cpu_time() -> Duration {
     )
 }
 
+/// CPU time (user + system, ms) of this process's threads whose name starts
+/// with `name` (Linux thread names are cut at 15 bytes); 0 when unknown.
+pub fn thread_cpu_ms(name: &str) -> f64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0.0;
+    };
+    // Clock ticks per second: 100 on Linux for the `stat` fields.
+    const TICKS: f64 = 100.0;
+    let mut ticks = 0u64;
+    for task in tasks.flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if !comm.trim_end().starts_with(name) {
+            continue;
+        }
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        // Fields after the parenthesised name: state is field 3, utime 14, stime 15.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.split_whitespace().collect())
+            .unwrap_or_default();
+        let field = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|f| f.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        ticks += field(11) + field(12);
+    }
+    ticks as f64 * 1000.0 / TICKS
+}
+
+/// Bytes this process caused to be written to storage (`write_bytes` of
+/// `/proc/self/io`); 0 when unknown.
+pub fn disk_write_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/io")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("write_bytes: "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A named thread's CPU is read from its own `stat`, and only its own.
+    #[test]
+    fn a_named_threads_cpu_is_counted() {
+        assert_eq!(thread_cpu_ms("no-such-thread"), 0.0);
+        let spinner = std::thread::Builder::new()
+            .name("kinformer-spin".into())
+            .spawn(|| {
+                let deadline = std::time::Instant::now() + Duration::from_secs(20);
+                // Spins until /proc says it used two ticks (or gives up).
+                while thread_cpu_ms("kinformer-spin") < 20.0 && std::time::Instant::now() < deadline
+                {
+                    std::hint::black_box(0u64);
+                }
+                thread_cpu_ms("kinformer-spin")
+            })
+            .unwrap();
+        assert!(spinner.join().unwrap() >= 20.0);
+        let _ = disk_write_bytes();
+    }
 
     #[test]
     fn proc_readings_are_plausible() {

@@ -6,7 +6,8 @@
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kinformer_actors::reflector::decode::{
-    DecodeOptions, LineDecoder, PageDecoder, WatchLine, decode_page, decode_watch_line,
+    DecodeOptions, LineDecoder, ObjectDecoder, PageDecoder, WatchLine, decode_object, decode_page,
+    decode_watch_line,
 };
 use kinformer_apiserver::query::{ContinueToken, Query};
 use kinformer_apiserver::selector::{FieldSelector, LabelSelector};
@@ -41,11 +42,30 @@ fn line_as<K: DeserializeOwned>(data: &[u8]) {
     }
 }
 
-/// A watch line (without its newline) through both decoders, for three types.
+/// The same bytes as one bare object (what a snapshot stores), through
+/// simd-json's tape and serde_json: the same verdict.
+fn object_as<K: DeserializeOwned>(data: &[u8]) {
+    for options in OPTIONS {
+        let tape = ObjectDecoder::default().decode::<K>(data, options);
+        let plain = decode_object::<K>(data, options);
+        assert_eq!(
+            tape.is_ok(),
+            plain.is_ok(),
+            "the object decoders disagree ({:?})",
+            plain.err()
+        );
+    }
+}
+
+/// A watch line (without its newline) through both decoders, for three
+/// types; and the same bytes as a bare object (a snapshot's).
 pub fn watch_line(data: &[u8]) {
     line_as::<ConfigMap>(data);
     line_as::<Pod>(data);
     line_as::<DynamicObject>(data);
+    object_as::<ConfigMap>(data);
+    object_as::<Pod>(data);
+    object_as::<DynamicObject>(data);
 }
 
 fn page_as<K: DeserializeOwned>(data: &[u8]) {

@@ -167,6 +167,16 @@ where
     })
 }
 
+impl<K: Object> KinUnder<K> {
+    /// The snapshot is committed at what the informer holds.
+    fn snapshot_caught_up(&self) -> bool {
+        let rv = self.informer.last_sync_resource_version();
+        self.informer
+            .persistence()
+            .is_some_and(|p| !rv.is_empty() && p.resource_version == rv)
+    }
+}
+
 /// Per-object resync tracking for subscribers with a period.
 pub fn resync_tracking(spec: &ChildSpec, sub: &SubSpec) -> Option<(usize, u64)> {
     (sub.resync_secs > 0).then_some((spec.objects, sub.resync_secs * 1000))
@@ -219,6 +229,27 @@ impl<K: Object> Under for KinUnder<K> {
         &self.probes
     }
 
+    async fn persist_counters(&self, timeout: Duration) -> Value {
+        if self.informer.persistence().is_none() {
+            return Value::Null;
+        }
+        let deadline = std::time::Instant::now() + timeout;
+        while !self.snapshot_caught_up() && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let p = self.informer.persistence().unwrap_or_default();
+        json!({
+            "caught_up": self.snapshot_caught_up(),
+            "commits": p.commits,
+            "objects_written": p.objects_written,
+            "bytes_written": p.bytes_written,
+            "write_micros": p.write_micros,
+            "file_bytes": p.file_bytes,
+            "writer_cpu_ms": crate::mem::thread_cpu_ms("kinformer-snaps"),
+            "disk_write_bytes": crate::mem::disk_write_bytes(),
+        })
+    }
+
     async fn warm_report(
         &self,
         timeout: Duration,
@@ -249,14 +280,8 @@ impl<K: Object> Under for KinUnder<K> {
         };
         // Once confirmed, the snapshot commits what the informer holds (a
         // restored one not yet confirmed is already at its resourceVersion).
-        let caught_up = || {
-            let rv = self.informer.last_sync_resource_version();
-            self.informer
-                .persistence()
-                .is_some_and(|p| !rv.is_empty() && p.resource_version == rv)
-        };
         let deadline = std::time::Instant::now() + timeout;
-        while confirmed_ms.is_some() && !caught_up() {
+        while confirmed_ms.is_some() && !self.snapshot_caught_up() {
             anyhow::ensure!(
                 std::time::Instant::now() < deadline,
                 "the snapshot did not catch up within {timeout:?}"

@@ -57,6 +57,11 @@ pub(crate) trait Under {
     async fn warm_report(&self, _timeout: Duration, _t0: Instant) -> anyhow::Result<Value> {
         Ok(Value::Null)
     }
+    /// With a snapshot: waits until it caught up (at most `timeout`), then
+    /// the writer's counters so far; `Null` without one.
+    async fn persist_counters(&self, _timeout: Duration) -> Value {
+        Value::Null
+    }
 }
 
 /// When this process started running the child (a restart is timed from it).
@@ -276,6 +281,7 @@ async fn deliver<U: Under>(
     let events0 = under.watch_events();
     let t_begin = Instant::now();
     let begin_ns = now_nanos();
+    let persist_begin = under.persist_counters(Duration::from_secs(30)).await;
     emit("begun", json!({}));
     // A time series of heap, watch flow and queues (for the slow-subscriber workload).
     let mut samples = Vec::new();
@@ -358,9 +364,12 @@ async fn deliver<U: Under>(
         .max()
         .unwrap_or(0);
     let deliveries: u64 = reports.iter().map(|r| r.stamped).sum();
+    let persist_end = under.persist_counters(Duration::from_secs(30)).await;
     emit(
         "report",
         json!({
+            "persist_begin": persist_begin,
+            "persist_end": persist_end,
             "complete": complete,
             "elapsed_ms": ms(elapsed),
             "cpu_ms": ms(cpu),

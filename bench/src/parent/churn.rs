@@ -32,6 +32,8 @@ pub struct Paced {
     pub drain_timeout: Duration,
     /// Run a control watch beside the informer (see [`ChildSpec::control_watch`]).
     pub control_watch: bool,
+    /// kinformer only: persist its cache here (see [`ChildSpec::persist`]).
+    pub persist: Option<String>,
 }
 
 /// One paced run: returns the child's report.
@@ -49,9 +51,11 @@ pub fn paced_run(
         duration,
         drain_timeout,
         control_watch,
+        persist,
     } = run;
     let s = ChildSpec {
         control_watch,
+        persist,
         ..spec(
             Job::Deliver,
             variant,
@@ -165,6 +169,7 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
                         duration: Duration::from_secs_f64(scale.churn_secs),
                         drain_timeout: Duration::from_secs(120),
                         control_watch: true,
+                        persist: None,
                     },
                 )?;
                 tracing::info!(subs, variant = %v.label(), p99 = %r["latency_all"]["p99_us"], "paced");

@@ -12,7 +12,9 @@ use kinformer_apiserver::ServerHandle;
 use serde_json::{Value, json};
 
 use super::child::run_once;
-use super::{CHILD_TIMEOUT, Scale, alternate, seed, server, spec};
+use super::churn::{Paced, paced_run};
+use super::writer::Writer;
+use super::{CHILD_TIMEOUT, Scale, alternate, seed, seed_churn, server, spec};
 use crate::objects::{now_nanos, seed_name};
 use crate::proto::{CONFIRM_WAIT, ChildSpec, Job, Kind, SubSpec, Variant};
 use crate::report::{Bar, Section, Table, fmt_summary, ratio};
@@ -151,13 +153,52 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
         }
         let _ = std::fs::remove_dir_all(&dir);
     }
-    Ok(section(scale, &results, &changed_by))
+    let steady = steady_churn(&server, scale)?;
+    Ok(section(scale, &results, &changed_by, &steady))
+}
+
+/// The namespace of the steady churn with persistence.
+const STEADY_NS: &str = "restart-steady";
+
+/// Steady state: a persisting kinformer (one subscriber) while the churn
+/// ConfigMaps are updated round-robin at the scale's rate: its writer's
+/// counters over the writing, one report per repetition.
+fn steady_churn(server: &ServerHandle, scale: &Scale) -> anyhow::Result<Vec<Value>> {
+    let templates = seed_churn(server, STEADY_NS, scale.churn_objects)?;
+    let mut writer = Writer::new(server.clone(), STEADY_NS, templates);
+    let dir = std::env::temp_dir().join(format!(
+        "kinformer-bench-restart-{}-{STEADY_NS}",
+        std::process::id()
+    ));
+    let mut runs = Vec::new();
+    for _ in 0..scale.reps {
+        let _ = std::fs::remove_dir_all(&dir);
+        let r = paced_run(
+            server,
+            STEADY_NS,
+            &mut writer,
+            Paced {
+                variant: Variant::KINFORMER,
+                subscribers: vec![SubSpec::default()],
+                objects: scale.churn_objects,
+                rate: scale.rate,
+                duration: std::time::Duration::from_secs_f64(scale.churn_secs),
+                drain_timeout: std::time::Duration::from_secs(120),
+                control_watch: false,
+                persist: Some(dir.display().to_string()),
+            },
+        )?;
+        runs.push(r);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(runs)
 }
 
 fn section(
     scale: &Scale,
     results: &BTreeMap<(Kind, usize, Start), Vec<Value>>,
     changed_by: &BTreeMap<(Kind, usize), u64>,
+    steady: &[Value],
 ) -> Section {
     let mut tables = Vec::new();
     let mut bars = Vec::new();
@@ -284,6 +325,7 @@ fn section(
             detail: format!("notified {notified:?} per run, {changed:.0} changed"),
         });
     }
+    tables.push(steady_table(scale, steady));
     Section {
         workload: "restart".into(),
         title: "Workload 7: restart".into(),
@@ -299,7 +341,10 @@ fn section(
              writes the snapshot; (a) starts again at once (the server's history still holds the snapshot's resourceVersion); \
              (b) starts after one object in 100 changed and the history was compacted; (c) and kube-runtime list. List requests: \
              counted by the server. Writer: bytes handed to the database and the writer's wall time per object written, over the \
-             child's life."
+             child's life. Steady state: a persisting kinformer while the churn ConfigMaps are updated at the scale's rate; per \
+             write: the writer's commits and objects written (it coalesces), the bytes it handed to the database, the bytes the \
+             process had written to storage (`write_bytes` of /proc/self/io), the writer thread's CPU (/proc/self/task), from \
+             the start of the writing until the snapshot caught up after it."
                 .into(),
             "Cells are medians with [min–max] over the repetitions; the order of (c) and kube-runtime alternates.".into(),
         ],
@@ -310,4 +355,67 @@ fn section(
             .map(|((k, n, w), r)| json!({"kind": format!("{k:?}"), "objects": n, "start": format!("{w:?}"), "runs": r}))
             .collect(),
     }
+}
+
+/// The steady churn's writer figures: per write event (an update the server
+/// made), what the writer did between the start and the end of the writing.
+fn steady_table(scale: &Scale, steady: &[Value]) -> Table {
+    let mut table = Table::new(
+        &format!(
+            "Steady state: {} ConfigMaps updated round-robin at {}/s for {} s, one persisting kinformer.",
+            scale.churn_objects, scale.rate, scale.churn_secs
+        ),
+        &[
+            "Writes",
+            "Commits",
+            "Objects written per write",
+            "Bytes to the database per write",
+            "Bytes to storage per write",
+            "Write amplification (storage / object JSON)",
+            "Writer CPU per write (µs)",
+            "Writer CPU (% of a core)",
+        ],
+    );
+    let delta = |r: &Value, k: &str| {
+        r["persist_end"][k].as_f64().unwrap_or(f64::NAN)
+            - r["persist_begin"][k].as_f64().unwrap_or(f64::NAN)
+    };
+    let per_write = |k: &str| {
+        Summary::of(
+            steady
+                .iter()
+                .map(|r| delta(r, k) / r["written"].as_f64().unwrap_or(f64::NAN)),
+        )
+    };
+    let amplification = Summary::of(steady.iter().map(|r| {
+        // Storage bytes over the JSON of the objects written.
+        let json_per_object = delta(r, "bytes_written") / delta(r, "objects_written");
+        delta(r, "disk_write_bytes") / (delta(r, "objects_written") * json_per_object)
+    }));
+    let busy =
+        Summary::of(steady.iter().map(|r| {
+            delta(r, "writer_cpu_ms") / r["elapsed_ms"].as_f64().unwrap_or(f64::NAN) * 100.0
+        }));
+    let cpu_per_write =
+        Summary::of(steady.iter().map(|r| {
+            delta(r, "writer_cpu_ms") * 1000.0 / r["written"].as_f64().unwrap_or(f64::NAN)
+        }));
+    table.row(vec![
+        fmt_summary(
+            &Summary::of(
+                steady
+                    .iter()
+                    .map(|r| r["written"].as_f64().unwrap_or(f64::NAN)),
+            ),
+            0,
+        ),
+        fmt_summary(&Summary::of(steady.iter().map(|r| delta(r, "commits"))), 0),
+        fmt_summary(&per_write("objects_written"), 2),
+        fmt_summary(&per_write("bytes_written"), 0),
+        fmt_summary(&per_write("disk_write_bytes"), 0),
+        fmt_summary(&amplification, 1),
+        fmt_summary(&cpu_per_write, 1),
+        fmt_summary(&busy, 1),
+    ]);
+    table
 }

@@ -56,6 +56,7 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
                     duration,
                     drain_timeout: Duration::from_secs(300),
                     control_watch: true,
+                    persist: None,
                 },
             )?;
             tracing::info!(rep, resync, p99 = %r["latency_all"]["p99_us"], "resync run");

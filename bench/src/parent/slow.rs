@@ -130,6 +130,7 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
                         duration: total,
                         drain_timeout: Duration::from_millis(scale.stall_ms + 120_000),
                         control_watch: false,
+                        persist: None,
                     },
                 )?;
                 tracing::info!(case = case.label, rep, stalled = stall.is_some(), p99 = %r["latency_others"]["p99_us"], "slow subscriber run");
