@@ -114,7 +114,7 @@ fn after_panic(stats: &ReflectorStats, state: &RefCell<ReflectorState>) -> Exit 
     tracing::error!("panic in the reflector's list-watch loop; relisting after backoff");
     stats
         .last_failure
-        .record("list", &"the list-watch loop panicked (a transform?)");
+        .record("list", &"the list-watch loop panicked");
     let now = tokio::time::Instant::now().into_std();
     match state
         .borrow_mut()
