@@ -323,9 +323,7 @@ fn le_replica_process() {
     };
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async move {
-        let mut config = kube::Config::new(url.parse().unwrap());
-        config.default_namespace = "default".into();
-        let client = kube::Client::try_from(config).unwrap();
+        let client = common::client_at(&url);
         let builder = LeaderElector::builder(Api::namespaced(client, "default"), LEASE)
             .identity(identity.clone())
             .timings(TIMINGS);

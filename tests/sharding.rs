@@ -521,9 +521,7 @@ fn sh_replica_process() {
         return;
     };
     actix::System::new().block_on(async move {
-        let mut config = kube::Config::new(url.parse().unwrap());
-        config.default_namespace = "default".into();
-        let client = kube::Client::try_from(config).unwrap();
+        let client = common::client_at(&url);
         let member =
             ShardMember::builder(kube::Api::namespaced(client.clone(), "default"), "mirror")
                 .identity(&id)

@@ -517,9 +517,7 @@ fn warm_writer_process() {
         return;
     };
     actix::System::new().block_on(async move {
-        let mut config = kube::Config::new(url.parse().unwrap());
-        config.default_namespace = "default".into();
-        let client = kube::Client::try_from(config).unwrap();
+        let client = common::client_at(&url);
         let informer = Informer::builder(kube::Api::<ConfigMap>::namespaced(client, "default"))
             .backoff(fast_backoff())
             .persist(&dir, "embedded")

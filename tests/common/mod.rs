@@ -156,7 +156,13 @@ pub fn server(history_limit: usize) -> ServerHandle {
 
 /// A kube client for the embedded server.
 pub fn client(server: &ServerHandle) -> kube::Client {
-    let mut config = kube::Config::new(server.url().parse().expect("server url"));
+    client_at(&server.url())
+}
+
+/// A kube client for the server at `url` (namespace `default`), e.g. in a
+/// child process given the parent's server URL.
+pub fn client_at(url: &str) -> kube::Client {
+    let mut config = kube::Config::new(url.parse().expect("server url"));
     config.default_namespace = "default".into();
     // kube-client retries 429/503/504 on its own by default; the tests examine
     // the Reflector's own rules, so they see every answer.
