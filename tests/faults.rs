@@ -574,7 +574,7 @@ async fn fake_server(list: Option<&'static str>) -> (String, Arc<std::sync::atom
 }
 
 fn informer_at(url: &str) -> kinformer::InformerBuilder<ConfigMap> {
-    let client = common::client_at(&url);
+    let client = common::client_at(url);
     Informer::builder(kube::Api::<ConfigMap>::namespaced(client, "default"))
         .backoff(fast_backoff())
         .read_timeout(Duration::from_millis(500))
