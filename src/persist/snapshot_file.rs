@@ -118,15 +118,9 @@ fn read_checked<K: Send + Sync>(
         )));
     }
     let started = std::time::Instant::now();
-    let mut stored = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
-    for entry in table.iter()? {
-        let (key, value) = entry?;
-        stored.push((key.value().to_owned(), value.value().to_vec()));
-    }
+    let objects = read_and_decode(&table, decode)?;
     drop((meta, table, txn));
-    let read = started.elapsed();
-    let objects = decode_all(stored, decode)?;
-    tracing::debug!(objects = count, ?read, decoded = ?started.elapsed() - read, "snapshot read");
+    tracing::debug!(objects = count, took = ?started.elapsed(), "snapshot read and decoded");
     Ok(Some(Loaded {
         objects,
         resource_version,
@@ -134,45 +128,87 @@ fn read_checked<K: Send + Sync>(
     }))
 }
 
-/// Decodes the stored objects on every core: decoding is most of a
-/// restore's time (100k ConfigMaps: 1.76 s on one core, 1.37 s on both of
-/// the 2-core machine, BENCHMARKS.md "Warm restart").
-fn decode_all<K: Send + Sync>(
-    stored: Vec<(String, Vec<u8>)>,
+/// Stored objects handed to a decoding thread at a time.
+const CHUNK: usize = 512;
+
+/// Chunks queued per decoding thread: the raw bytes in flight stay bounded
+/// (a restore never holds the whole file's bytes and the decoded objects at
+/// once).
+const QUEUED_CHUNKS: usize = 2;
+
+/// Reads the stored objects and decodes them on every core as they are
+/// read: decoding is most of a restore's time (100k ConfigMaps, BENCHMARKS.md
+/// "Warm restart"), and reading the file overlaps it. The objects come back
+/// in key order.
+fn read_and_decode<K: Send + Sync>(
+    table: &redb::ReadOnlyTable<&str, &[u8]>,
     decode: Decode<K>,
 ) -> Result<Vec<Arc<K>>, SnapshotError> {
+    type Chunk = Vec<(String, Vec<u8>)>;
+    type Decoded<K> = Vec<(usize, Result<Vec<Arc<K>>, SnapshotError>)>;
     let threads = std::thread::available_parallelism().map_or(1, usize::from);
-    let per_thread = stored.len().div_ceil(threads).max(1);
-    let decode_chunk = |chunk: &[(String, Vec<u8>)]| -> Result<Vec<Arc<K>>, SnapshotError> {
-        let mut decoder = ObjectDecoder::default();
-        chunk
-            .iter()
-            .map(|(key, bytes)| {
-                decode(&mut decoder, bytes)
-                    .map(Arc::new)
-                    .map_err(|e| SnapshotError::Corrupt(format!("{key}: {e}")))
-            })
-            .collect()
-    };
-    let decoded: Vec<Result<Vec<Arc<K>>, SnapshotError>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = stored
-            .chunks(per_thread)
-            .map(|chunk| scope.spawn(move || decode_chunk(chunk)))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join().unwrap_or_else(|_| {
-                    Err(SnapshotError::Corrupt("decoding an object panicked".into()))
-                })
-            })
-            .collect()
-    });
-    let mut objects = Vec::with_capacity(stored.len());
-    for chunk in decoded {
-        objects.extend(chunk?);
-    }
-    Ok(objects)
+    std::thread::scope(|scope| {
+        let mut senders = Vec::with_capacity(threads);
+        let mut workers = Vec::with_capacity(threads);
+        for _ in 0..threads {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<(usize, Chunk)>(QUEUED_CHUNKS);
+            senders.push(tx);
+            workers.push(scope.spawn(move || {
+                let mut decoder = ObjectDecoder::default();
+                let mut out: Decoded<K> = Vec::new();
+                for (i, chunk) in rx {
+                    let objects = chunk
+                        .iter()
+                        .map(|(key, bytes)| {
+                            decode(&mut decoder, bytes)
+                                .map(Arc::new)
+                                .map_err(|e| SnapshotError::Corrupt(format!("{key}: {e}")))
+                        })
+                        .collect();
+                    out.push((i, objects));
+                }
+                out
+            }));
+        }
+        let read = (|| -> Result<(), SnapshotError> {
+            let mut chunk = Vec::with_capacity(CHUNK);
+            let mut n = 0;
+            let hand = |n: &mut usize, chunk: Chunk| {
+                // A decoding thread that is gone panicked: its join says so.
+                let _ = senders[*n % threads].send((*n, chunk));
+                *n += 1;
+            };
+            for entry in table.iter()? {
+                let (key, value) = entry?;
+                chunk.push((key.value().to_owned(), value.value().to_vec()));
+                if chunk.len() == CHUNK {
+                    hand(
+                        &mut n,
+                        std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK)),
+                    );
+                }
+            }
+            if !chunk.is_empty() {
+                hand(&mut n, chunk);
+            }
+            Ok(())
+        })();
+        drop(senders);
+        let mut decoded: Decoded<K> = Vec::new();
+        for worker in workers {
+            match worker.join() {
+                Ok(out) => decoded.extend(out),
+                Err(_) => return Err(SnapshotError::Corrupt("decoding an object panicked".into())),
+            }
+        }
+        read?;
+        decoded.sort_unstable_by_key(|(i, _)| *i);
+        let mut objects = Vec::with_capacity(decoded.len() * CHUNK);
+        for (_, chunk) in decoded {
+            objects.extend(chunk?);
+        }
+        Ok(objects)
+    })
 }
 
 /// A fresh, empty snapshot for `identity` at `path` (any file there is
@@ -306,6 +342,48 @@ mod tests {
             count,
         };
         write(db, c, encode).unwrap();
+    }
+
+    /// Many chunks over every decoding thread: every object comes back once,
+    /// in key order; one that does not decode, anywhere, makes it corrupt.
+    #[test]
+    fn a_large_snapshot_reads_back_whole_and_in_order() {
+        let d = dir("large");
+        let id = identity("");
+        let path = path_in(&d, &id);
+        let db = create(&path, &id).unwrap();
+        let n = 5 * CHUNK + 7;
+        let keys: Vec<String> = (0..n).map(|i| format!("ns/o-{i:05}")).collect();
+        let values: Vec<String> = (0..n).map(|i| format!("value {i}")).collect();
+        commit(
+            &db,
+            keys.iter()
+                .map(String::as_str)
+                .zip(values.iter().map(Some))
+                .collect(),
+            "7",
+            n as u64,
+        );
+        drop(db);
+        let loaded = load(&path, &id, decode).unwrap().unwrap();
+        let got: Vec<&str> = loaded.objects.iter().map(|o| o.as_str()).collect();
+        let want: Vec<&str> = values.iter().map(String::as_str).collect();
+        assert_eq!(got, want);
+        drop(loaded);
+        // The last object does not decode as a String: the whole load fails.
+        let refuse_last = |_: &mut ObjectDecoder, b: &[u8]| {
+            let s: String = serde_json::from_slice(b)?;
+            if s == format!("value {}", 5 * CHUNK + 6) {
+                serde_json::from_slice::<String>(b"{")
+            } else {
+                Ok(s)
+            }
+        };
+        assert!(matches!(
+            load(&path, &id, refuse_last),
+            Err(SnapshotError::Corrupt(_))
+        ));
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     /// What was committed reads back whole, at its resourceVersion; a file
