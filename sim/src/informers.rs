@@ -660,13 +660,11 @@ impl Probe for InformerProbe {
                 failures,
                 events,
                 tombstones,
+                warm_start,
                 ..
             } = inf.informer.stats();
             add("informers", 1);
-            add(
-                "warm_starts",
-                u64::from(!matches!(inf.informer.stats().warm_start, WarmStart::Cold)),
-            );
+            add("warm_starts", u64::from(warm_start != WarmStart::Cold));
             add("relists", relists);
             add("watch_restarts", watch_restarts);
             add("failures", failures);

@@ -78,17 +78,17 @@ impl CopyingTape {
         }
     }
 
-    /// `visit` over simd-json's tape of `input`; `serde_json` (given
-    /// `input`) when the input is too long for the tape or simd-json
+    /// `visit` over simd-json's tape of `input`; `fallback` (serde_json,
+    /// given `input`) when the input is too long for the tape or simd-json
     /// refuses it. `input` is left intact.
     pub(super) fn decode<T>(
         &mut self,
         input: &[u8],
         visit: impl for<'de> FnOnce(&mut simd_json::Deserializer<'de>) -> simd_json::Result<T>,
-        serde_json: impl FnOnce(&[u8]) -> Result<T, serde_json::Error>,
+        fallback: impl FnOnce(&[u8]) -> Result<T, serde_json::Error>,
     ) -> Result<T, serde_json::Error> {
         if input.len() > MAX_TAPE_INPUT {
-            return serde_json(input);
+            return fallback(input);
         }
         self.scratch.clear();
         self.scratch.extend_from_slice(input);
@@ -96,6 +96,6 @@ impl CopyingTape {
         if input.len() > KEEP_TAPE_SCRATCH {
             *self = CopyingTape::new();
         }
-        decoded.or_else(|_| serde_json(input))
+        decoded.or_else(|_| fallback(input))
     }
 }
