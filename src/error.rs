@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use kinformer_actors::indexer::CacheError;
+use kinformer_actors::indexer::{CacheError, CompactError};
 use kinformer_actors::reflector::RequestFailure;
 
 /// Why an informer operation failed.
@@ -42,4 +42,7 @@ pub enum InformerError {
     /// could not start its thread.
     #[error("could not start the informer's thread")]
     Thread(#[source] std::io::Error),
+    /// The compact cache could not start (zstd could not allocate a context).
+    #[error("compact cache: {0}")]
+    Compact(#[source] CompactError),
 }

@@ -94,7 +94,10 @@ pub use informer::{Informer, InformerBuilder, InformerStats, WatchEnds};
 pub use kinformer_actors as actors;
 pub use kinformer_actors::Object;
 pub use kinformer_actors::delta_fifo::{FifoOptions, FifoOrdering};
-pub use kinformer_actors::indexer::{CacheError, CacheView, IndexError, IndexFn, Snapshot};
+pub use kinformer_actors::indexer::{
+    CacheError, CacheView, CompactError, CompactOptions, CompactStats, IndexError, IndexFn,
+    Snapshot,
+};
 pub use kinformer_actors::listener::OverflowPolicy;
 pub use kinformer_actors::reflector::WarmStart;
 pub use kinformer_actors::reflector::{

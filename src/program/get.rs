@@ -77,7 +77,7 @@ fn print(
             return Ok(());
         }
         GetOutput::Table => output::table(
-            objects.iter().map(|(_, o)| &***o),
+            objects.iter().map(|(_, o)| &**o),
             target.namespace.is_none() && target.resource.namespaced,
             SystemTime::now(),
         ),

@@ -463,7 +463,7 @@ pub fn informer(server: &ServerHandle) -> kinformer::InformerBuilder<ConfigMap> 
 /// What an engine test caches: whole ConfigMaps, or only their metadata
 /// (a metadata-only informer, `Informer::metadata`). The tests generic over
 /// it run for both (`for_kinds!(name: actor metadata)`).
-pub trait Cached: Object {
+pub trait Cached: Object + serde::Serialize {
     /// An informer of these over ConfigMaps in `default`.
     fn informer(server: &ServerHandle) -> InformerBuilder<Self>;
 }
@@ -541,22 +541,42 @@ pub async fn gated_block_subscriber<K: Object>(
 /// The kinds of subscribers, each passing the same tests: an actix actor
 /// (the informer in the test's actix System), a `Stream` consumed in a tokio
 /// task and a closure (the informer on its own thread, the test in a
-/// multi-thread tokio runtime without actix).
+/// multi-thread tokio runtime without actix). `CompactActor` and
+/// `CompactClosure` are those subscribers of an informer whose cache is
+/// compact (`InformerBuilder::compact_cache`, its dictionary learned after
+/// 20 objects so that the tests' few objects use it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Actor,
     Stream,
     Closure,
+    CompactActor,
+    CompactClosure,
 }
 
 impl Kind {
     /// Starts the informer where this kind of subscriber needs it.
-    pub fn start<K: Object>(self, builder: InformerBuilder<K>) -> Informer<K> {
-        match self {
+    pub fn start<K: Object + serde::Serialize>(self, builder: InformerBuilder<K>) -> Informer<K> {
+        let builder = match self {
+            Kind::CompactActor | Kind::CompactClosure => {
+                builder.compact_cache(kinformer::CompactOptions::new().dictionary(20, 4096))
+            }
+            _ => builder,
+        };
+        match self.subscriber() {
             Kind::Actor => builder.start().expect("start the informer"),
-            Kind::Stream | Kind::Closure => builder
+            _ => builder
                 .start_on_own_thread()
                 .expect("start the informer on its own thread"),
+        }
+    }
+
+    /// The kind of subscriber, whatever the cache.
+    fn subscriber(self) -> Kind {
+        match self {
+            Kind::CompactActor => Kind::Actor,
+            Kind::CompactClosure => Kind::Closure,
+            other => other,
         }
     }
 
@@ -571,7 +591,7 @@ impl Kind {
         gate: Option<watch::Receiver<bool>>,
     ) -> (Subscription<K>, Arc<Mutex<Log>>) {
         let log = Arc::new(Mutex::new(Log::default()));
-        let sub = match self {
+        let sub = match self.subscriber() {
             Kind::Actor => {
                 let recorder = Recorder {
                     log: log.clone(),
@@ -593,7 +613,7 @@ impl Kind {
                 });
                 Ok(sub)
             }
-            Kind::Closure => {
+            Kind::Closure | Kind::CompactActor | Kind::CompactClosure => {
                 let log = log.clone();
                 informer
                     .subscribe_fn(options, move |event| {
@@ -627,7 +647,8 @@ macro_rules! for_each_kind {
 /// Runs an `async fn<K: Cached>(Kind)` test for the kinds listed:
 /// `for_kinds!(name: actor closure metadata)`; `metadata`,
 /// `metadata_stream` and `metadata_closure` are those subscribers of a
-/// metadata-only informer.
+/// metadata-only informer; `compact`, `compact_closure` and
+/// `metadata_compact` those of an informer with a compact cache.
 #[macro_export]
 macro_rules! for_kinds {
     ($name:ident: $($kind:ident)*) => {
@@ -659,6 +680,15 @@ macro_rules! kind_test {
     };
     ($name:ident, metadata_closure) => {
         $crate::kind_test!(@tokio $name, metadata_closure, $crate::common::MetadataOnly, Closure);
+    };
+    ($name:ident, compact) => {
+        $crate::kind_test!(@actix $name, compact, k8s_openapi::api::core::v1::ConfigMap, CompactActor);
+    };
+    ($name:ident, compact_closure) => {
+        $crate::kind_test!(@tokio $name, compact_closure, k8s_openapi::api::core::v1::ConfigMap, CompactClosure);
+    };
+    ($name:ident, metadata_compact) => {
+        $crate::kind_test!(@actix $name, metadata_compact, $crate::common::MetadataOnly, CompactActor);
     };
     (@actix $name:ident, $test:ident, $object:ty, $kind:ident) => {
         #[actix::test]

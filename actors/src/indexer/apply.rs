@@ -77,7 +77,7 @@ fn apply<K: Resource + Send + Sync + 'static>(
     for delta in deltas {
         let (obj, delta_cause) = match delta {
             Delta::Deleted(object) => {
-                cache.remove(&key);
+                cache.discard(&key);
                 let cause = if object.is_final_state_unknown() {
                     stats.tombstones.fetch_add(1, Ordering::Relaxed);
                     Cause::Relist

@@ -23,6 +23,13 @@
 //! the persistent maps (`imbl`) in an [`ArcSwap`] that a [`CacheReader`] loads
 //! from any thread: ~1000× cheaper than cloning a std map per publish at 100k
 //! objects, paid on reads (BENCHMARKS.md, "Informer core").
+//!
+//! A compact cache ([`Cache::compact`]) stores each object compressed
+//! ([`super::compact`]) with its resourceVersion and index values computed
+//! once at insert, and decodes it on every read: `get`, `list`, index
+//! queries, `iter` and lazy entries return fresh `Arc`s equal in content to
+//! what was stored (IDX-13's sharing holds only in the decoded cache). An
+//! object that does not encode is kept decoded, so nothing is lost.
 
 use std::borrow::Borrow;
 use std::collections::BTreeMap;
@@ -34,6 +41,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use kube::Resource;
 
+use super::compact::{Codec, CompactEntry, CompactError, CompactOptions, Compactor};
 use crate::delta::KnownObjects;
 use crate::key::ObjectKey;
 
@@ -83,6 +91,9 @@ type KeySet = imbl::OrdSet<ObjectKey>;
 struct Index<K> {
     func: IndexFn<K>,
     values: imbl::HashMap<String, KeySet>,
+    /// Where a compact entry keeps its values of this index; slots are
+    /// given in registration order and never reused.
+    slot: usize,
 }
 
 impl<K> Clone for Index<K> {
@@ -90,6 +101,7 @@ impl<K> Clone for Index<K> {
         Index {
             func: self.func.clone(),
             values: self.values.clone(),
+            slot: self.slot,
         }
     }
 }
@@ -129,27 +141,60 @@ impl<K> Index<K> {
     }
 }
 
+/// One stored object: shared as decoded, or compact (compact caches only,
+/// but for an object that did not encode).
+enum Stored<K> {
+    Decoded(Arc<K>),
+    Compact(Arc<CompactEntry>),
+}
+
+impl<K> Clone for Stored<K> {
+    fn clone(&self) -> Self {
+        match self {
+            Stored::Decoded(o) => Stored::Decoded(o.clone()),
+            Stored::Compact(e) => Stored::Compact(e.clone()),
+        }
+    }
+}
+
+impl<K> Stored<K> {
+    /// Heap bytes a compact entry holds (0 for a decoded one).
+    fn compact_size(&self) -> usize {
+        match self {
+            Stored::Decoded(_) => 0,
+            Stored::Compact(e) => e.size(),
+        }
+    }
+}
+
 /// The objects by key. foldhash rather than SipHash: every upsert and read
 /// hashes a key (still randomly seeded per map).
 type Items<K> = imbl::GenericHashMap<
     ObjectKey,
-    Arc<K>,
+    Stored<K>,
     foldhash::fast::RandomState,
     imbl::shared_ptr::DefaultSharedPtr,
 >;
 
 /// The objects of one cache state, produced lazily
 /// ([`CacheView::entries_lazily`]): it drains a copy of the persistent map,
-/// copying each tree node when it first reaches it.
+/// copying each tree node when it first reaches it (and decoding each
+/// object of a compact cache when it reaches it).
 pub struct LazyEntries<K> {
-    drain: imbl::hashmap::ConsumingIter<(ObjectKey, Arc<K>), imbl::shared_ptr::DefaultSharedPtr>,
+    drain: imbl::hashmap::ConsumingIter<(ObjectKey, Stored<K>), imbl::shared_ptr::DefaultSharedPtr>,
+    codec: Option<Arc<Codec<K>>>,
 }
 
 impl<K> Iterator for LazyEntries<K> {
     type Item = (ObjectKey, Arc<K>);
 
     fn next(&mut self) -> Option<(ObjectKey, Arc<K>)> {
-        self.drain.next()
+        loop {
+            let (key, stored) = self.drain.next()?;
+            if let Some(obj) = load(self.codec.as_deref(), &key, &stored) {
+                return Some((key, obj));
+            }
+        }
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
@@ -172,11 +217,39 @@ impl<K> Iterator for LazyKeys<K> {
     }
 }
 
+/// A stored object as an `Arc`: shared, or decoded from its compact form
+/// (`None` if that fails: counted and logged by the codec).
+fn load<K>(codec: Option<&Codec<K>>, key: &ObjectKey, stored: &Stored<K>) -> Option<Arc<K>> {
+    match (stored, codec) {
+        (Stored::Decoded(o), _) => Some(o.clone()),
+        (Stored::Compact(e), Some(codec)) => codec.load(key, e),
+        (Stored::Compact(_), None) => None,
+    }
+}
+
+/// What a compact cache holds, for stats (see [`CacheView::compact_stats`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CompactStats {
+    /// Heap bytes of the compact entries (compressed objects, their
+    /// resourceVersions and index values), without the maps around them.
+    pub bytes: usize,
+    /// Objects kept decoded because they did not encode.
+    pub decoded: usize,
+    /// Reads that found an entry that does not decode (expected: 0).
+    pub decode_errors: u64,
+    /// Whether the dictionary is learned.
+    pub dictionary: bool,
+}
+
 /// Every read operation, shared by [`Cache`] (the writer's current state) and
 /// [`Snapshot`] (an immutable published state) through `Deref`.
 pub struct CacheView<K> {
     items: Items<K>,
     indices: BTreeMap<String, Index<K>>,
+    /// Set in a compact cache: decodes its entries.
+    codec: Option<Arc<Codec<K>>>,
+    /// A compact cache's stats but `decode_errors` (kept by the codec).
+    compact: CompactStats,
 }
 
 impl<K> Clone for CacheView<K> {
@@ -185,6 +258,8 @@ impl<K> Clone for CacheView<K> {
         CacheView {
             items: self.items.clone(),
             indices: self.indices.clone(),
+            codec: self.codec.clone(),
+            compact: self.compact,
         }
     }
 }
@@ -194,26 +269,67 @@ impl<K> fmt::Debug for CacheView<K> {
         f.debug_struct("CacheView")
             .field("len", &self.items.len())
             .field("indices", &self.indices.keys().collect::<Vec<_>>())
+            .field("compact", &self.codec.is_some())
             .finish()
     }
 }
 
 impl<K> CacheView<K> {
-    fn empty() -> Self {
+    fn empty(codec: Option<Arc<Codec<K>>>) -> Self {
         CacheView {
             items: Items::default(),
             indices: BTreeMap::new(),
+            codec,
+            compact: CompactStats::default(),
+        }
+    }
+
+    /// A stored object as an `Arc` (decoded if compact).
+    fn load(&self, key: &ObjectKey, stored: &Stored<K>) -> Option<Arc<K>> {
+        load(self.codec.as_deref(), key, stored)
+    }
+
+    /// Whether objects are stored compact ([`Cache::compact`]).
+    pub fn is_compact(&self) -> bool {
+        self.codec.is_some()
+    }
+
+    /// A compact cache's sizes and counters; `None` for a decoded cache.
+    pub fn compact_stats(&self) -> Option<CompactStats> {
+        let codec = self.codec.as_ref()?;
+        Some(CompactStats {
+            decode_errors: codec
+                .decode_errors
+                .load(std::sync::atomic::Ordering::Relaxed),
+            ..self.compact
+        })
+    }
+
+    /// Like [`get`](Self::get), with a compact entry's decoding error (never
+    /// expected: the cache encoded it itself) as an error rather than absence.
+    pub fn try_get<Q>(&self, key: &Q) -> Result<Option<Arc<K>>, CompactError>
+    where
+        ObjectKey: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        match (self.items.get(key), &self.codec) {
+            (None, _) => Ok(None),
+            (Some(Stored::Decoded(o)), _) => Ok(Some(o.clone())),
+            (Some(Stored::Compact(e)), Some(codec)) => codec.try_load(e).map(|o| Some(Arc::new(o))),
+            (Some(Stored::Compact(_)), None) => Err(CompactError::Decode("no codec".into())),
         }
     }
 
     /// The object stored under `key` (IDX-4): an [`ObjectKey`] or a
-    /// `&str` `"namespace/name"` (`"name"` when cluster-scoped).
+    /// `&str` `"namespace/name"` (`"name"` when cluster-scoped). A compact
+    /// cache decodes it (see [`try_get`](Self::try_get)).
     pub fn get<Q>(&self, key: &Q) -> Option<Arc<K>>
     where
         ObjectKey: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.items.get(key).cloned()
+        let (key, stored) = self.items.get_key_value(key)?;
+        self.load(key, stored)
     }
 
     /// Whether `key` is stored (an [`ObjectKey`] or a string, as [`get`](Self::get)).
@@ -227,8 +343,10 @@ impl<K> CacheView<K> {
 
     /// Every stored key and object, in unspecified order, without collecting
     /// them first (see [`list`](Self::list)).
-    pub fn iter(&self) -> impl Iterator<Item = (&ObjectKey, &Arc<K>)> {
-        self.items.iter()
+    pub fn iter(&self) -> impl Iterator<Item = (&ObjectKey, Arc<K>)> {
+        self.items
+            .iter()
+            .filter_map(|(k, stored)| Some((k, self.load(k, stored)?)))
     }
 
     /// Number of stored objects.
@@ -243,7 +361,7 @@ impl<K> CacheView<K> {
 
     /// Every stored object, in unspecified order (IDX-4).
     pub fn list(&self) -> Vec<Arc<K>> {
-        self.items.values().cloned().collect()
+        self.iter().map(|(_, o)| o).collect()
     }
 
     /// Every stored key, in unspecified order (IDX-4).
@@ -267,6 +385,7 @@ impl<K> CacheView<K> {
     pub fn entries_lazily(&self) -> LazyEntries<K> {
         LazyEntries {
             drain: self.items.clone().into_iter(),
+            codec: self.codec.clone(),
         }
     }
 
@@ -332,7 +451,8 @@ impl<K> CacheView<K> {
     }
 
     fn objects<'a>(&self, keys: impl Iterator<Item = &'a ObjectKey>) -> Vec<Arc<K>> {
-        keys.filter_map(|k| self.items.get(k).cloned()).collect()
+        keys.filter_map(|k| self.load(k, self.items.get(k)?))
+            .collect()
     }
 }
 
@@ -356,6 +476,8 @@ impl<K> KnownObjects<K> for CacheView<K> {
 pub struct Cache<K> {
     current: CacheView<K>,
     published: Arc<ArcSwap<CacheView<K>>>,
+    /// Set in a compact cache: compresses what is stored.
+    compactor: Option<Compactor>,
 }
 
 impl<K> fmt::Debug for Cache<K> {
@@ -394,17 +516,47 @@ impl<K: Resource + Send + Sync + 'static> Default for Cache<K> {
     }
 }
 
+/// An object's values in every index, by index slot, and the failures.
+struct IndexValues {
+    by_slot: Vec<Vec<String>>,
+    errors: Vec<IndexError>,
+}
+
 impl<K: Resource + Send + Sync + 'static> Cache<K> {
     /// An empty cache without indexes; the empty state is published.
     pub fn new() -> Self {
-        let current = CacheView::empty();
+        Self::starting(None, None)
+    }
+
+    /// An empty compact cache: objects are stored encoded by `codec`
+    /// (compressed JSON, [`super::compact`]) and decoded on every read.
+    pub fn compact(codec: Codec<K>) -> Result<Self, CompactError> {
+        let compactor = Compactor::new(codec.options)?;
+        Ok(Self::starting(Some(Arc::new(codec)), Some(compactor)))
+    }
+
+    /// A compact cache of JSON objects with these options (see [`Codec::json`]).
+    pub fn compact_json(options: CompactOptions) -> Result<Self, CompactError>
+    where
+        K: serde::Serialize + serde::de::DeserializeOwned,
+    {
+        Self::compact(Codec::json(options))
+    }
+
+    fn starting(codec: Option<Arc<Codec<K>>>, compactor: Option<Compactor>) -> Self {
+        let current = CacheView::empty(codec);
         let published = Arc::new(ArcSwap::from_pointee(current.clone()));
-        Cache { current, published }
+        Cache {
+            current,
+            published,
+            compactor,
+        }
     }
 
     /// Registers index `name` and indexes every stored object at once (IDX-10).
     /// Fails on a name conflict; otherwise returns the objects whose index
-    /// function failed (they are stored, under no value of this index).
+    /// function failed (they are stored, under no value of this index). A
+    /// compact cache decodes every object once for it.
     pub fn add_index(&mut self, name: &str, f: IndexFn<K>) -> Result<Vec<IndexError>, CacheError> {
         if self.current.indices.contains_key(name) {
             return Err(CacheError::IndexConflict(vec![name.to_owned()]));
@@ -412,35 +564,138 @@ impl<K: Resource + Send + Sync + 'static> Cache<K> {
         let mut index = Index {
             func: f,
             values: imbl::HashMap::new(),
+            slot: self.current.indices.len(),
         };
         let mut errors = Vec::new();
-        for (key, obj) in self.current.items.iter() {
-            match index.values_of(name, key, obj) {
-                Ok(values) => values.into_iter().for_each(|v| index.insert_key(v, key)),
-                Err(e) => errors.push(e),
+        let mut items = self.current.items.clone();
+        for (key, stored) in items.iter_mut() {
+            let Some(obj) = self.current.load(key, stored) else {
+                continue;
+            };
+            let values = index.values_of(name, key, &obj).unwrap_or_else(|e| {
+                errors.push(e);
+                Vec::new()
+            });
+            if let Stored::Compact(entry) = stored {
+                let mut by_slot = entry.index_values.to_vec();
+                by_slot.resize(index.slot, Box::default());
+                by_slot.push(values.clone().into_boxed_slice());
+                *stored = Stored::Compact(Arc::new(CompactEntry {
+                    data: entry.data.clone(),
+                    resource_version: entry.resource_version.clone(),
+                    index_values: by_slot.into_boxed_slice(),
+                }));
             }
+            values.into_iter().for_each(|v| index.insert_key(v, key));
         }
+        self.current.items = items;
         self.current.indices.insert(name.to_owned(), index);
+        self.recount();
         Ok(errors)
     }
 
-    /// Stores `obj` under `key` and updates every index (IDX-2, IDX-6).
+    /// `obj`'s values in every index (IDX-6), a failure counting as none.
+    fn index_values(&self, key: &ObjectKey, obj: &K) -> IndexValues {
+        let mut out = IndexValues {
+            by_slot: vec![Vec::new(); self.current.indices.len()],
+            errors: Vec::new(),
+        };
+        for (name, index) in &self.current.indices {
+            match index.values_of(name, key, obj) {
+                Ok(v) => out.by_slot[index.slot] = v,
+                Err(e) => out.errors.push(e),
+            }
+        }
+        out
+    }
+
+    /// What is stored for `obj`: its compact entry in a compact cache, or
+    /// the shared object (also when it does not encode: kept, logged).
+    fn stored(&mut self, key: &ObjectKey, obj: &Arc<K>, values: &IndexValues) -> Stored<K> {
+        let (Some(compactor), Some(codec)) = (self.compactor.as_mut(), &self.current.codec) else {
+            return Stored::Decoded(obj.clone());
+        };
+        let encoded = (codec.encode)(obj)
+            .map_err(CompactError::Encode)
+            .and_then(|json| compactor.compress(&json));
+        match encoded {
+            Ok(data) => Stored::Compact(Arc::new(CompactEntry {
+                data,
+                resource_version: obj.meta().resource_version.as_deref().map(Box::from),
+                index_values: values
+                    .by_slot
+                    .iter()
+                    .map(|v| v.clone().into_boxed_slice())
+                    .collect(),
+            })),
+            Err(e) => {
+                tracing::warn!(%key, error = %e, "object kept decoded in the compact cache");
+                Stored::Decoded(obj.clone())
+            }
+        }
+    }
+
+    /// Counts `stored` in (`added`) or out of a compact cache's sizes.
+    fn count(&mut self, stored: &Stored<K>, added: bool) {
+        if self.current.codec.is_none() {
+            return;
+        }
+        let (bytes, decoded) = (stored.compact_size(), matches!(stored, Stored::Decoded(_)));
+        let c = &mut self.current.compact;
+        if added {
+            c.bytes += bytes;
+            c.decoded += usize::from(decoded);
+        } else {
+            c.bytes -= bytes;
+            c.decoded -= usize::from(decoded);
+        }
+    }
+
+    /// Recounts a compact cache's sizes from its entries.
+    fn recount(&mut self) {
+        if self.current.codec.is_none() {
+            return;
+        }
+        let mut c = CompactStats::default();
+        for stored in self.current.items.values() {
+            c.bytes += stored.compact_size();
+            c.decoded += usize::from(matches!(stored, Stored::Decoded(_)));
+        }
+        self.current.compact = c;
+    }
+
+    /// The values `stored` was indexed under in `index`: kept in a compact
+    /// entry, computed again for a shared object (its failure was reported
+    /// when it was stored).
+    fn old_values(
+        index: &Index<K>,
+        name: &str,
+        key: &ObjectKey,
+        stored: &Stored<K>,
+    ) -> Vec<String> {
+        match stored {
+            Stored::Decoded(o) => index.values_of(name, key, o).unwrap_or_default(),
+            Stored::Compact(e) => e
+                .index_values
+                .get(index.slot)
+                .map(|v| v.to_vec())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Stores `obj` under `key` and updates every index (IDX-2, IDX-6). In
+    /// a compact cache, `previous` is decoded from its entry.
     pub fn upsert(&mut self, key: ObjectKey, obj: Arc<K>) -> Upserted<K> {
-        let mut index_errors = Vec::new();
-        let previous = self.current.items.insert(key.clone(), obj.clone());
+        let values = self.index_values(&key, &obj);
+        let stored = self.stored(&key, &obj, &values);
+        self.count(&stored, true);
+        let previous = self.current.items.insert(key.clone(), stored);
         for (name, index) in self.current.indices.iter_mut() {
-            // The old object's failure was reported when it was stored.
             let old = previous
-                .as_deref()
-                .and_then(|o| index.values_of(name, &key, o).ok())
+                .as_ref()
+                .map(|p| Self::old_values(index, name, &key, p))
                 .unwrap_or_default();
-            let new = match index.values_of(name, &key, &obj) {
-                Ok(v) => v,
-                Err(e) => {
-                    index_errors.push(e);
-                    Vec::new()
-                }
-            };
+            let new = &values.by_slot[index.slot];
             // IDX-6 shortcut: one equal value before and after.
             if old.len() == 1 && new.len() == 1 && old[0] == new[0] {
                 continue;
@@ -451,54 +706,89 @@ impl<K: Resource + Send + Sync + 'static> Cache<K> {
                 }
             }
             for v in new {
-                if !old.contains(&v) {
-                    index.insert_key(v, &key);
+                if !old.contains(v) {
+                    index.insert_key(v.clone(), &key);
                 }
             }
         }
+        let previous = previous.and_then(|p| {
+            self.count(&p, false);
+            self.current.load(&key, &p)
+        });
         Upserted {
             previous,
-            index_errors,
+            index_errors: values.errors,
         }
     }
 
     /// Removes `key` and its index entries (IDX-3); a missing key is a no-op.
+    /// In a compact cache the removed object is decoded: see [`discard`](Self::discard).
     pub fn remove(&mut self, key: &ObjectKey) -> Option<Arc<K>> {
+        let old = self.take(key)?;
+        self.current.load(key, &old)
+    }
+
+    /// Removes `key` like [`remove`](Self::remove), without returning (or
+    /// decoding) the object; whether it was there.
+    pub fn discard(&mut self, key: &ObjectKey) -> bool {
+        self.take(key).is_some()
+    }
+
+    fn take(&mut self, key: &ObjectKey) -> Option<Stored<K>> {
         let old = self.current.items.remove(key)?;
         for (name, index) in self.current.indices.iter_mut() {
-            for v in index.values_of(name, key, &old).unwrap_or_default() {
+            for v in Self::old_values(index, name, key, &old) {
                 index.remove_key(&v, key);
             }
         }
+        self.count(&old, false);
         Some(old)
     }
 
     /// Replaces the whole content atomically (IDX-5): a later duplicate key
     /// wins and every index is rebuilt. Returns the index failures.
     pub fn replace(&mut self, items: Vec<(ObjectKey, Arc<K>)>) -> Vec<IndexError> {
-        let items: Items<K> = items.into_iter().collect();
+        // Later duplicates win, as in a map built in order.
+        let mut last: std::collections::HashMap<ObjectKey, usize, foldhash::fast::RandomState> =
+            std::collections::HashMap::default();
+        for (i, (key, _)) in items.iter().enumerate() {
+            last.insert(key.clone(), i);
+        }
+        let mut indexed: Vec<imbl::HashMap<String, KeySet>> =
+            vec![imbl::HashMap::new(); self.current.indices.len()];
+        let mut stored_items = Items::default();
         let mut errors = Vec::new();
-        for (name, index) in self.current.indices.iter_mut() {
-            let mut values: imbl::HashMap<String, KeySet> = imbl::HashMap::new();
-            for (key, obj) in items.iter() {
-                match index.values_of(name, key, obj) {
-                    Ok(vs) => {
-                        for v in vs {
-                            values.entry(v).or_default().insert(key.clone());
-                        }
-                    }
-                    Err(e) => errors.push(e),
+        for (i, (key, obj)) in items.into_iter().enumerate() {
+            if last.get(&key) != Some(&i) {
+                continue;
+            }
+            let values = self.index_values(&key, &obj);
+            for (slot, vs) in values.by_slot.iter().enumerate() {
+                for v in vs {
+                    indexed[slot]
+                        .entry(v.clone())
+                        .or_default()
+                        .insert(key.clone());
                 }
             }
-            index.values = values;
+            let stored = self.stored(&key, &obj, &values);
+            errors.extend(values.errors);
+            stored_items.insert(key, stored);
         }
-        self.current.items = items;
+        for index in self.current.indices.values_mut() {
+            index.values = std::mem::take(&mut indexed[index.slot]);
+        }
+        self.current.items = stored_items;
+        self.recount();
         errors
     }
 
     /// Makes the current state what [`CacheReader::snapshot`] returns.
     /// O(number of indexes).
     pub fn publish(&mut self) {
+        if let Some(c) = &self.compactor {
+            self.current.compact.dictionary = c.has_dictionary();
+        }
         self.published.store(Arc::new(self.current.clone()));
     }
 
@@ -590,466 +880,109 @@ impl<K> CacheReader<K> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use std::collections::BTreeMap as Map;
-    use std::sync::mpsc;
-    use std::time::Duration;
+    const COMPACT: bool = false;
 
-    use k8s_openapi::api::core::v1::ConfigMap;
-    use kube::api::ObjectMeta;
+    fn new_cache() -> super::Cache<k8s_openapi::api::core::v1::ConfigMap> {
+        super::Cache::new()
+    }
 
-    /// A ConfigMap named `name` whose `data.val` is `val`.
-    fn cm(name: &str, val: &str) -> Arc<ConfigMap> {
-        Arc::new(ConfigMap {
-            metadata: ObjectMeta {
-                name: Some(name.to_owned()),
-                ..Default::default()
+    include!("cache_tests.rs");
+}
+
+/// The same tests against a compact cache whose dictionary is learned early.
+#[cfg(test)]
+mod compact_tests {
+    const COMPACT: bool = true;
+
+    fn new_cache() -> super::Cache<k8s_openapi::api::core::v1::ConfigMap> {
+        super::Cache::compact_json(super::CompactOptions::new().dictionary(8, 1024)).unwrap()
+    }
+
+    include!("cache_tests.rs");
+
+    fn name_of(o: &ConfigMap) -> &str {
+        o.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    /// A JSON codec that refuses to encode objects named `unencodable` and
+    /// to decode objects named `undecodable`.
+    fn picky_codec() -> Codec<ConfigMap> {
+        Codec::new(
+            CompactOptions::new().without_dictionary(),
+            |o| match name_of(o) {
+                "unencodable" => Err("refused".into()),
+                _ => serde_json::to_vec(o).map_err(|e| e.to_string()),
             },
-            data: Some(Map::from([("val".to_owned(), val.to_owned())])),
-            ..Default::default()
-        })
-    }
-
-    fn val(obj: &ConfigMap) -> String {
-        obj.data
-            .as_ref()
-            .and_then(|d| d.get("val"))
-            .cloned()
-            .unwrap_or_default()
-    }
-
-    fn key(name: &str) -> ObjectKey {
-        ObjectKey::from(name)
-    }
-
-    fn put(cache: &mut Cache<ConfigMap>, name: &str, v: &str) -> Upserted<ConfigMap> {
-        cache.upsert(key(name), cm(name, v))
-    }
-
-    /// Indexes an object under its `val`.
-    fn by_val() -> IndexFn<ConfigMap> {
-        Arc::new(|o: &ConfigMap| Ok(vec![val(o)]))
-    }
-
-    /// Indexes an object under each comma-separated part of its `val`.
-    fn split_val() -> IndexFn<ConfigMap> {
-        Arc::new(|o: &ConfigMap| Ok(val(o).split(',').map(str::to_owned).collect()))
-    }
-
-    /// Fails for objects whose `val` is `bad`.
-    fn fallible() -> IndexFn<ConfigMap> {
-        Arc::new(|o: &ConfigMap| {
-            if val(o) == "bad" {
-                Err("bad value".to_owned())
-            } else {
-                Ok(vec![val(o)])
-            }
-        })
-    }
-
-    fn vals(objs: &[Arc<ConfigMap>]) -> Vec<String> {
-        let mut v: Vec<String> = objs.iter().map(|o| val(o)).collect();
-        v.sort();
-        v
-    }
-
-    fn names(objs: &[Arc<ConfigMap>]) -> Vec<String> {
-        objs.iter()
-            .filter_map(|o| o.metadata.name.clone())
-            .collect()
-    }
-
-    fn keys_of(view: &CacheView<ConfigMap>, index: &str, value: &str) -> Vec<String> {
-        view.index_keys(index, value)
-            .unwrap()
-            .iter()
-            .map(|k| k.to_string())
-            .collect()
-    }
-
-    #[test]
-    fn s_t1_store() {
-        let mut c = Cache::new();
-        put(&mut c, "foo", "bar");
-        assert_eq!(val(&c.get(&key("foo")).unwrap()), "bar");
-        let up = put(&mut c, "foo", "baz");
-        assert_eq!(val(&up.previous.unwrap()), "bar");
-        assert_eq!(val(&c.get(&key("foo")).unwrap()), "baz");
-        assert_eq!(val(&c.remove(&key("foo")).unwrap()), "baz");
-        assert!(c.get(&key("foo")).is_none());
-        assert!(
-            c.remove(&key("foo")).is_none(),
-            "IDX-3: a missing key is a no-op"
-        );
-
-        put(&mut c, "a", "b");
-        put(&mut c, "c", "d");
-        put(&mut c, "e", "e");
-        assert_eq!(vals(&c.list()), ["b", "d", "e"]);
-
-        c.replace(vec![
-            (key("foo"), cm("foo", "foo")),
-            (key("bar"), cm("bar", "bar")),
-        ]);
-        assert_eq!(vals(&c.list()), ["bar", "foo"]);
-        let mut keys: Vec<String> = c.keys().iter().map(|k| k.to_string()).collect();
-        keys.sort();
-        assert_eq!(keys, ["bar", "foo"]);
-        assert_eq!(c.len(), 2);
-        // Reads by string, without building a key.
-        assert_eq!(val(&c.get("foo").unwrap()), "foo");
-        assert!(c.contains("bar") && !c.contains("nope"));
-        let mut iterated: Vec<(String, String)> = c
-            .iter()
-            .map(|(k, o)| (k.to_string(), val(o).to_owned()))
-            .collect();
-        iterated.sort();
-        assert_eq!(
-            iterated,
-            [("bar".into(), "bar".into()), ("foo".into(), "foo".into())]
-        );
-    }
-
-    #[test]
-    fn s_t2_index() {
-        let mut c = Cache::new();
-        assert!(c.add_index("by_val", by_val()).unwrap().is_empty());
-        put(&mut c, "a", "b");
-        put(&mut c, "c", "b");
-        put(&mut c, "e", "f");
-        put(&mut c, "g", "h");
-        for (v, expected) in [("b", vec!["a", "c"]), ("f", vec!["e"]), ("h", vec!["g"])] {
-            let found = c.index("by_val", &cm("probe", v)).unwrap();
-            assert_eq!(names(&found), expected, "value {v}");
-        }
-    }
-
-    #[test]
-    fn i_t1_get_index_func_values() {
-        let label_foo: IndexFn<ConfigMap> = Arc::new(|o: &ConfigMap| {
-            Ok(o.metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get("foo"))
-                .cloned()
-                .into_iter()
-                .collect())
-        });
-        let pod = |name: &str, foo: &str| {
-            Arc::new(ConfigMap {
-                metadata: ObjectMeta {
-                    name: Some(name.to_owned()),
-                    labels: Some(Map::from([("foo".to_owned(), foo.to_owned())])),
-                    ..Default::default()
-                },
-                ..Default::default()
-            })
-        };
-        let mut c = Cache::new();
-        c.add_index("testmodes", label_foo).unwrap();
-        c.upsert(key("one"), pod("one", "bar"));
-        c.upsert(key("two"), pod("two", "bar"));
-        c.upsert(key("tre"), pod("tre", "biz"));
-        assert_eq!(c.list_index_values("testmodes"), ["bar", "biz"]);
-    }
-
-    #[test]
-    fn t_t1_delete_removes_empty_sets_from_index() {
-        let by_name: IndexFn<ConfigMap> =
-            Arc::new(|o: &ConfigMap| Ok(o.metadata.name.clone().into_iter().collect()));
-        let mut c = Cache::new();
-        c.add_index("by_name", by_name).unwrap();
-        put(&mut c, "k", "v");
-        assert_eq!(keys_of(&c, "by_name", "k"), ["k"]);
-        c.remove(&key("k"));
-        assert!(
-            c.indices["by_name"].values.get("k").is_none(),
-            "the value entry is removed"
-        );
-        assert!(c.list_index_values("by_name").is_empty());
-    }
-
-    #[test]
-    fn t_t2_add_keeps_non_empty_set_post_delete_from_index() {
-        let constant: IndexFn<ConfigMap> =
-            Arc::new(|_: &ConfigMap| Ok(vec!["constant".to_owned()]));
-        let mut c = Cache::new();
-        c.add_index("by_constant", constant).unwrap();
-        put(&mut c, "retain", "x");
-        put(&mut c, "delete", "x");
-        c.remove(&key("delete"));
-        assert_eq!(
-            c.indices["by_constant"]
-                .values
-                .get("constant")
-                .map(|s| s.len()),
-            Some(1)
-        );
-        assert_eq!(keys_of(&c, "by_constant", "constant"), ["retain"]);
-    }
-
-    #[test]
-    fn t_t3_multiple_values() {
-        let mut c = Cache::new();
-        c.add_index("split", split_val()).unwrap();
-        let check = |c: &Cache<ConfigMap>, foo: &[&str], bar: &[&str], baz: &[&str]| {
-            assert_eq!(keys_of(c, "split", "foo"), foo, "foo");
-            assert_eq!(keys_of(c, "split", "bar"), bar, "bar");
-            assert_eq!(keys_of(c, "split", "baz"), baz, "baz");
-            // IDX-6: no empty value sets are left behind
-            assert!(c.indices["split"].values.values().all(|s| !s.is_empty()));
-        };
-        put(&mut c, "key1", "foo");
-        put(&mut c, "key2", "bar");
-        check(&c, &["key1"], &["key2"], &[]);
-        put(&mut c, "key2", "foo,bar");
-        check(&c, &["key1", "key2"], &["key2"], &[]);
-        put(&mut c, "key1", "foo,bar");
-        check(&c, &["key1", "key2"], &["key1", "key2"], &[]);
-        put(&mut c, "key3", "foo,bar,baz");
-        check(
-            &c,
-            &["key1", "key2", "key3"],
-            &["key1", "key2", "key3"],
-            &["key3"],
-        );
-        put(&mut c, "key1", "foo");
-        check(&c, &["key1", "key2", "key3"], &["key2", "key3"], &["key3"]);
-        put(&mut c, "key2", "bar");
-        check(&c, &["key1", "key3"], &["key2", "key3"], &["key3"]);
-        c.remove(&key("key1"));
-        check(&c, &["key3"], &["key2", "key3"], &["key3"]);
-        c.remove(&key("key3"));
-        check(&c, &[], &["key2"], &[]);
-        assert_eq!(c.list_index_values("split"), ["bar"]);
-    }
-
-    #[test]
-    fn idx_7_index_is_the_union_over_values_each_once() {
-        let mut c = Cache::new();
-        c.add_index("split", split_val()).unwrap();
-        put(&mut c, "a", "x,y");
-        put(&mut c, "b", "y");
-        put(&mut c, "c", "z");
-        let found = c.index("split", &cm("probe", "x,y,y")).unwrap();
-        assert_eq!(names(&found), ["a", "b"]);
-        assert!(c.index("split", &cm("probe", "none")).unwrap().is_empty());
-    }
-
-    #[test]
-    fn idx_8_idx_9_unknown_index_and_value() {
-        let mut c = Cache::new();
-        c.add_index("by_val", by_val()).unwrap();
-        put(&mut c, "a", "b");
-        let unknown = CacheError::UnknownIndex("nope".to_owned());
-        assert_eq!(c.by_index("nope", "b").unwrap_err(), unknown);
-        assert_eq!(c.index_keys("nope", "b").unwrap_err(), unknown);
-        assert_eq!(c.index("nope", &cm("a", "b")).unwrap_err(), unknown);
-        assert_eq!(unknown.to_string(), "index with name nope does not exist");
-        assert!(c.list_index_values("nope").is_empty(), "IDX-9: no error");
-        assert!(
-            c.by_index("by_val", "zzz").unwrap().is_empty(),
-            "an unknown value is empty"
-        );
-        assert_eq!(names(&c.by_index("by_val", "b").unwrap()), ["a"]);
-    }
-
-    #[test]
-    fn idx_10_add_index_after_data_reindexes_and_conflicts() {
-        let mut c = Cache::new();
-        put(&mut c, "a", "x");
-        put(&mut c, "b", "y");
-        put(&mut c, "c", "x");
-        assert!(c.add_index("by_val", by_val()).unwrap().is_empty());
-        assert_eq!(keys_of(&c, "by_val", "x"), ["a", "c"]);
-        assert_eq!(keys_of(&c, "by_val", "y"), ["b"]);
-        let err = c.add_index("by_val", split_val()).unwrap_err();
-        assert_eq!(err, CacheError::IndexConflict(vec!["by_val".to_owned()]));
-        assert_eq!(
-            keys_of(&c, "by_val", "x"),
-            ["a", "c"],
-            "the existing index is untouched"
-        );
-        // later writes keep both indexes up to date
-        c.add_index("split", split_val()).unwrap();
-        put(&mut c, "b", "x,z");
-        assert_eq!(keys_of(&c, "by_val", "x,z"), ["b"]);
-        assert_eq!(keys_of(&c, "split", "x"), ["a", "b", "c"]);
-        assert_eq!(c.index_names(), ["by_val", "split"]);
-    }
-
-    #[test]
-    fn idx_5_replace_later_duplicate_wins_and_indices_rebuilt() {
-        let mut c = Cache::new();
-        c.add_index("by_val", by_val()).unwrap();
-        put(&mut c, "old", "x");
-        let errors = c.replace(vec![
-            (key("a"), cm("a", "1")),
-            (key("b"), cm("b", "2")),
-            (key("a"), cm("a", "3")),
-        ]);
-        assert!(errors.is_empty());
-        assert_eq!(c.len(), 2);
-        assert_eq!(val(&c.get(&key("a")).unwrap()), "3");
-        assert_eq!(
-            c.list_index_values("by_val"),
-            ["2", "3"],
-            "old values are gone"
-        );
-    }
-
-    #[test]
-    fn index_func_panic_is_contained_as_an_error() {
-        let mut c = Cache::new();
-        let panicky: IndexFn<ConfigMap> = Arc::new(|o: &ConfigMap| {
-            if val(o) == "boom" {
-                panic!("index bug (expected by the test)");
-            }
-            Ok(vec![val(o)])
-        });
-        c.add_index("p", panicky).unwrap();
-        let up = put(&mut c, "a", "boom");
-        assert_eq!(up.index_errors.len(), 1);
-        assert_eq!(up.index_errors[0].message, "index function panicked");
-        assert!(c.contains(&key("a")));
-        assert!(put(&mut c, "b", "fine").index_errors.is_empty());
-        assert_eq!(keys_of(&c, "p", "fine"), ["b"]);
-    }
-
-    #[test]
-    fn index_func_failure_is_an_error_value_not_a_panic() {
-        let mut c = Cache::new();
-        put(&mut c, "pre", "bad");
-        let errors = c.add_index("f", fallible()).unwrap();
-        assert_eq!(
-            errors,
-            [IndexError {
-                index: "f".into(),
-                key: key("pre"),
-                message: "bad value".into()
-            }]
-        );
-
-        let up = put(&mut c, "a", "bad");
-        assert_eq!(up.index_errors.len(), 1);
-        assert_eq!(up.index_errors[0].key, key("a"));
-        assert!(c.contains(&key("a")), "the object is stored anyway");
-        assert!(
-            c.list_index_values("f").is_empty(),
-            "indexed under no value"
-        );
-
-        // Becoming valid indexes it; becoming invalid again unindexes it.
-        assert!(put(&mut c, "a", "good").index_errors.is_empty());
-        assert_eq!(keys_of(&c, "f", "good"), ["a"]);
-        assert_eq!(put(&mut c, "a", "bad").index_errors.len(), 1);
-        assert!(c.list_index_values("f").is_empty());
-        assert!(c.remove(&key("a")).is_some());
-
-        let errors = c.replace(vec![(key("x"), cm("x", "bad")), (key("y"), cm("y", "ok"))]);
-        assert_eq!(errors.len(), 1);
-        assert_eq!(c.len(), 2);
-        assert_eq!(keys_of(&c, "f", "ok"), ["y"]);
-
-        let err = c.index("f", &cm("probe", "bad")).unwrap_err();
-        assert!(
-            matches!(err, CacheError::IndexFunc(IndexError { ref message, .. }) if message == "bad value")
-        );
-    }
-
-    #[test]
-    fn idx_13_objects_are_shared() {
-        let obj = cm("a", "x");
-        let mut c = Cache::new();
-        c.add_index("by_val", by_val()).unwrap();
-        c.upsert(key("a"), obj.clone());
-        assert!(Arc::ptr_eq(&c.get(&key("a")).unwrap(), &obj));
-        assert!(Arc::ptr_eq(&c.by_index("by_val", "x").unwrap()[0], &obj));
-        assert!(Arc::ptr_eq(&c.snapshot().get(&key("a")).unwrap(), &obj));
-    }
-
-    #[test]
-    fn snapshot_is_immutable_and_known_objects() {
-        let mut c = Cache::new();
-        put(&mut c, "a", "1");
-        let snap = c.snapshot();
-        put(&mut c, "b", "2");
-        c.remove(&key("a"));
-        assert_eq!(snap.len(), 1);
-        assert!(snap.contains(&key("a")) && !snap.contains(&key("b")));
-        let known: &dyn KnownObjects<ConfigMap> = &snap;
-        assert_eq!(known.known_keys(), [key("a")]);
-        assert!(known.knows(&key("a")));
-        assert_eq!(val(&known.known_object(&key("a")).unwrap()), "1");
-        let known: &dyn KnownObjects<ConfigMap> = &c;
-        assert_eq!(known.known_keys(), [key("b")]);
-    }
-
-    #[test]
-    fn readers_see_only_published_state() {
-        let mut c = Cache::new();
-        let reader = c.reader();
-        put(&mut c, "a", "1");
-        assert!(reader.snapshot().is_empty(), "not published yet");
-        assert_eq!(c.snapshot().len(), 1, "the writer's snapshot sees it");
-        c.publish();
-        assert_eq!(reader.snapshot().len(), 1);
-        assert_eq!(reader.clone().snapshot().len(), 1);
-    }
-
-    #[test]
-    fn reader_on_another_thread_sees_published_snapshots_while_writer_continues() {
-        const TOTAL: usize = 2_000;
-        const EVERY: usize = 100;
-        let mut c = Cache::new();
-        c.add_index("by_val", by_val()).unwrap();
-        let reader = c.reader();
-        let (tx, rx) = mpsc::channel();
-
-        let handle = std::thread::spawn(move || {
-            let deadline = std::time::Instant::now() + Duration::from_secs(20);
-            let mut seen = Vec::new();
-            loop {
-                let snap = reader.snapshot();
-                let n = snap.len();
-                // Every published state is a consistent prefix: n objects,
-                // each indexed under its own value.
-                let consistent = (0..n).all(|i| {
-                    let name = format!("k{i:05}");
-                    snap.contains(&key(&name))
-                        && snap
-                            .index_keys("by_val", &name)
-                            .is_ok_and(|k| k == [key(&name)])
-                });
-                seen.push((n, consistent));
-                if n == TOTAL || std::time::Instant::now() > deadline {
-                    break;
+            |b| {
+                let o: ConfigMap = serde_json::from_slice(b).map_err(|e| e.to_string())?;
+                match name_of(&o) {
+                    "undecodable" => Err("refused".into()),
+                    _ => Ok(o),
                 }
-                std::thread::yield_now();
-            }
-            tx.send(seen).ok();
-        });
+            },
+        )
+    }
 
-        // The writer never waits for the reader.
-        for i in 0..TOTAL {
-            let name = format!("k{i:05}");
-            put(&mut c, &name, &name);
-            if (i + 1) % EVERY == 0 {
-                c.publish();
-            }
+    #[test]
+    fn compact_entries_are_smaller_and_counted() {
+        let mut c = new_cache();
+        let big = "x".repeat(4000);
+        // The dictionary is learned from the first 8, on another thread.
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let mut n = 0;
+        while !c.compact_stats().unwrap().dictionary {
+            assert!(std::time::Instant::now() < deadline, "no dictionary");
+            put(&mut c, &format!("k{n}"), &big);
+            n += 1;
+            c.publish();
+            std::thread::yield_now();
         }
-        let seen = rx
-            .recv_timeout(Duration::from_secs(30))
-            .expect("the reader finished");
-        handle.join().unwrap();
-        assert_eq!(
-            seen.last().map(|s| s.0),
-            Some(TOTAL),
-            "the reader saw the final state"
-        );
+        let stats = c.reader().snapshot().compact_stats().unwrap();
+        assert_eq!(stats.decoded, 0);
         assert!(
-            seen.iter().all(|&(n, ok)| ok && n % EVERY == 0),
-            "only whole published states are visible"
+            stats.bytes < n * 1000,
+            "{n} objects of 4 KB in {} bytes",
+            stats.bytes
         );
+        for i in 0..n {
+            c.discard(&key(&format!("k{i}")));
+        }
+        assert_eq!(c.compact_stats().unwrap().bytes, 0, "removals uncount");
+        assert!(Cache::<ConfigMap>::new().compact_stats().is_none());
+    }
+
+    #[test]
+    fn an_object_that_does_not_encode_is_kept_decoded() {
+        let mut c = Cache::compact(picky_codec()).unwrap();
+        c.add_index("by_val", by_val()).unwrap();
+        put(&mut c, "unencodable", "v");
+        put(&mut c, "fine", "v");
+        assert_eq!(c.compact_stats().unwrap().decoded, 1);
+        assert_eq!(
+            names(&c.by_index("by_val", "v").unwrap()),
+            ["fine", "unencodable"]
+        );
+        assert_eq!(val(&c.remove(&key("unencodable")).unwrap()), "v");
+        assert_eq!(c.compact_stats().unwrap().decoded, 0);
+    }
+
+    #[test]
+    fn an_entry_that_does_not_decode_is_an_error_not_a_panic() {
+        let mut c = Cache::compact(picky_codec()).unwrap();
+        c.add_index("by_val", by_val()).unwrap();
+        put(&mut c, "undecodable", "v");
+        put(&mut c, "fine", "v");
+        assert!(c.get("undecodable").is_none(), "read as absent");
+        assert!(matches!(
+            c.try_get("undecodable"),
+            Err(CompactError::Decode(_))
+        ));
+        assert_eq!(names(&c.by_index("by_val", "v").unwrap()), ["fine"]);
+        assert_eq!(c.list().len(), 1);
+        assert_eq!(c.entries_lazily().count(), 1);
+        assert!(c.compact_stats().unwrap().decode_errors >= 4);
+        // Its index entries still go with it: they were kept at insert.
+        assert!(c.discard(&key("undecodable")));
+        assert_eq!(keys_of(&c, "by_val", "v"), ["fine"]);
     }
 }

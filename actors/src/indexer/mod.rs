@@ -3,6 +3,7 @@
 //!
 //! - [`cache`]: the cache and its indexes ([`Cache`]), its published
 //!   [`Snapshot`]s and the [`CacheReader`] any thread reads them through.
+//! - [`compact`]: how a compact cache encodes its objects ([`CompactOptions`]).
 //! - [`actor`]: the actor that owns the cache ([`Indexer`]), a shell over
 //!   pure parts: `apply` (deltas to cache writes and events with their
 //!   cause), `distribution` (a batch's hand-out, a chunk at a time) and
@@ -16,6 +17,7 @@
 pub mod actor;
 mod apply;
 pub mod cache;
+pub mod compact;
 mod distribution;
 pub mod feed;
 mod key_list;
@@ -26,9 +28,10 @@ mod sweeps;
 
 pub use actor::Indexer;
 pub use cache::{
-    Cache, CacheError, CacheReader, CacheView, IndexError, IndexFn, LazyEntries, LazyKeys,
-    Snapshot, Upserted,
+    Cache, CacheError, CacheReader, CacheView, CompactStats, IndexError, IndexFn, LazyEntries,
+    LazyKeys, Snapshot, Upserted,
 };
+pub use compact::{Codec, CompactError, CompactOptions};
 pub use feed::{ConsistentPoint, FeedClosed, SnapshotFeed};
 pub use messages::{FifoSynced, ListenerStopped, Process, ResyncDue, Subscribe, Unsubscribe};
 pub use stats::IndexerStats;
