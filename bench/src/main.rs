@@ -58,7 +58,8 @@ struct Cli {
     /// Objects at start-up in the controller workload.
     #[arg(long, global = true)]
     controller_objects: Option<usize>,
-    /// Run only the informer variant with this label, e.g. `kinformer` (profiling).
+    /// Run only the informer variants with these labels, separated by `|`,
+    /// e.g. `kinformer|kube-runtime` (profiling, or one comparison at scale).
     #[arg(long, global = true)]
     only: Option<String>,
     /// Where to write report.md and report.json.

@@ -49,6 +49,14 @@ pub struct Variant {
     /// `metadata_watcher()` (both cache `PartialObjectMeta<K>`).
     #[serde(default)]
     pub metadata: bool,
+    /// kinformer's cache: decoded (`false`) or compact (`compact_cache`).
+    #[serde(default)]
+    pub compact: bool,
+    /// kinformer only: an index `bucket` (the object's number / 1000, so
+    /// 1000 objects per value), and after the sync a read probe: `get` of
+    /// 1000 keys and `by_index` of one bucket, timed.
+    #[serde(default)]
+    pub indexed: bool,
 }
 
 /// The kinformer subscription call under test: one variant at a time.
@@ -72,6 +80,8 @@ impl Variant {
         strip: Strip::None,
         delivery: Delivery::Each,
         metadata: false,
+        compact: false,
+        indexed: false,
     };
     /// kube-runtime with defaults.
     pub const KUBE_RUNTIME: Variant = Variant {
@@ -80,6 +90,8 @@ impl Variant {
         strip: Strip::None,
         delivery: Delivery::Each,
         metadata: false,
+        compact: false,
+        indexed: false,
     };
 
     /// The same with streaming lists.
@@ -106,6 +118,19 @@ impl Variant {
         self
     }
 
+    /// The same with a compact cache, indexed and read-probed (see `indexed`).
+    pub const fn compact(mut self) -> Self {
+        self.compact = true;
+        self.indexed = true;
+        self
+    }
+
+    /// The same indexed and read-probed (see `indexed`).
+    pub const fn indexed(mut self) -> Self {
+        self.indexed = true;
+        self
+    }
+
     /// The same with managedFields dropped.
     pub const fn strip(mut self, strip: Strip) -> Self {
         self.strip = strip;
@@ -123,6 +148,11 @@ impl Variant {
         }
         if self.metadata {
             s.push_str(" (metadata only)");
+        }
+        if self.compact {
+            s.push_str(" (compact cache)");
+        } else if self.indexed {
+            s.push_str(" (indexed)");
         }
         match self.delivery {
             Delivery::Each => {}

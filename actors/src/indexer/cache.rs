@@ -478,6 +478,9 @@ pub struct Cache<K> {
     published: Arc<ArcSwap<CacheView<K>>>,
     /// Set in a compact cache: compresses what is stored.
     compactor: Option<Compactor>,
+    /// Keys stored compressed before the dictionary was learned, to compress
+    /// again with it, a slice per publish ([`Self::recompress_early`]).
+    early: Vec<ObjectKey>,
 }
 
 impl<K> fmt::Debug for Cache<K> {
@@ -516,6 +519,10 @@ impl<K: Resource + Send + Sync + 'static> Default for Cache<K> {
     }
 }
 
+/// How many entries compressed before the dictionary each publish compresses
+/// again (at most about 5 ms of the Indexer's thread).
+const RECOMPRESS_PER_PUBLISH: usize = 512;
+
 /// An object's values in every index, by index slot, and the failures.
 struct IndexValues {
     by_slot: Vec<Vec<String>>,
@@ -550,6 +557,7 @@ impl<K: Resource + Send + Sync + 'static> Cache<K> {
             current,
             published,
             compactor,
+            early: Vec::new(),
         }
     }
 
@@ -618,6 +626,9 @@ impl<K: Resource + Send + Sync + 'static> Cache<K> {
         let encoded = (codec.encode)(obj)
             .map_err(CompactError::Encode)
             .and_then(|json| compactor.compress(&json));
+        if compactor.may_learn() {
+            self.early.push(key.clone());
+        }
         match encoded {
             Ok(data) => Stored::Compact(Arc::new(CompactEntry {
                 data,
@@ -786,10 +797,53 @@ impl<K: Resource + Send + Sync + 'static> Cache<K> {
     /// Makes the current state what [`CacheReader::snapshot`] returns.
     /// O(number of indexes).
     pub fn publish(&mut self) {
+        self.recompress_early(RECOMPRESS_PER_PUBLISH);
         if let Some(c) = &self.compactor {
             self.current.compact.dictionary = c.has_dictionary();
         }
         self.published.store(Arc::new(self.current.clone()));
+    }
+
+    /// Once the dictionary is learned, compresses again with it up to `max`
+    /// of the entries stored before it (about 10 µs each; a Pod shrinks from
+    /// about 1.9 KB to 0.25 KB). Learning given up: forgets them.
+    fn recompress_early(&mut self, max: usize) {
+        let Some(compactor) = self.compactor.as_mut() else {
+            return;
+        };
+        if self.early.is_empty() || compactor.may_learn() {
+            return;
+        }
+        if !compactor.has_dictionary() {
+            self.early = Vec::new();
+            return;
+        }
+        let from = self.early.len().saturating_sub(max);
+        for key in self.early.drain(from..) {
+            let Some(Stored::Compact(entry)) = self.current.items.get(&key) else {
+                continue;
+            };
+            if entry.data.has_dictionary() {
+                continue;
+            }
+            let Ok(data) = entry
+                .data
+                .decompress()
+                .and_then(|json| compactor.compress(&json))
+            else {
+                continue;
+            };
+            let again = Arc::new(CompactEntry {
+                data,
+                resource_version: entry.resource_version.clone(),
+                index_values: entry.index_values.clone(),
+            });
+            self.current.compact.bytes = self.current.compact.bytes + again.size() - entry.size();
+            self.current.items.insert(key, Stored::Compact(again));
+        }
+        if self.early.is_empty() {
+            self.early = Vec::new();
+        }
     }
 
     /// A handle for other threads that reads the last published state.
@@ -939,6 +993,15 @@ mod compact_tests {
         }
         let stats = c.reader().snapshot().compact_stats().unwrap();
         assert_eq!(stats.decoded, 0);
+        // Those stored before it were compressed again with it at publish.
+        assert!(n > 8);
+        for i in 0..n {
+            match c.current.items.get(&key(&format!("k{i}"))) {
+                Some(Stored::Compact(e)) => assert!(e.data.has_dictionary(), "k{i}"),
+                _ => panic!("k{i} is not compact"),
+            }
+        }
+        assert!(c.early.is_empty());
         assert!(
             stats.bytes < n * 1000,
             "{n} objects of 4 KB in {} bytes",

@@ -27,11 +27,13 @@ pub struct CompactOptions {
 }
 
 impl Default for CompactOptions {
-    /// zstd level 3, a 32 KiB dictionary learned from the first 1000 objects.
+    /// zstd level 3, a 32 KiB dictionary learned from the first 256 objects
+    /// (on the benchmark's Pods: 236 B per Pod from 100 samples, 230 B from
+    /// 200 or 1000; learning takes 34, 48 and 208 ms).
     fn default() -> Self {
         CompactOptions {
             level: 3,
-            train_after: 1000,
+            train_after: 256,
             dictionary_size: 32 * 1024,
         }
     }
@@ -178,6 +180,11 @@ impl Compressed {
         self.bytes.len()
     }
 
+    /// Whether it was compressed with a dictionary.
+    pub(crate) fn has_dictionary(&self) -> bool {
+        self.dictionary.is_some()
+    }
+
     /// The JSON back.
     pub(crate) fn decompress(&self) -> Result<Vec<u8>, CompactError> {
         thread_local! {
@@ -263,6 +270,11 @@ impl Compactor {
     /// Whether the dictionary is learned.
     pub(crate) fn has_dictionary(&self) -> bool {
         self.dictionary.is_some()
+    }
+
+    /// Whether a dictionary is still to come (learning neither done nor off).
+    pub(crate) fn may_learn(&self) -> bool {
+        self.dictionary.is_none() && self.options.train_after != 0
     }
 
     /// Compresses one object's JSON.

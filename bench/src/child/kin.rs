@@ -107,6 +107,9 @@ pub struct KinUnder<K: Object> {
     probes: Vec<Arc<Probe>>,
 }
 
+/// The `indexed` variants' index: 1000 seeded objects per value.
+const BUCKET: &str = "bucket";
+
 /// Builds and starts the informer and subscribes the recorders.
 pub async fn start<K>(api: Api<K>, spec: &ChildSpec) -> anyhow::Result<KinUnder<K>>
 where
@@ -126,6 +129,18 @@ where
     }
     if let Some(dir) = &spec.persist {
         builder = builder.persist(dir, "bench");
+    }
+    if spec.variant.compact {
+        builder = builder.compact_cache(kinformer::CompactOptions::default());
+    }
+    if spec.variant.indexed {
+        builder = builder.index(BUCKET, |o: &K| {
+            let name = o.meta().name.as_deref().unwrap_or_default();
+            Ok(crate::objects::seed_index(name)
+                .map(|i| (i / 1000).to_string())
+                .into_iter()
+                .collect())
+        });
     }
     let informer = builder.start()?;
     let mut subs = Vec::new();
@@ -227,6 +242,57 @@ impl<K: Object> Under for KinUnder<K> {
 
     fn probes(&self) -> &[Arc<Probe>] {
         &self.probes
+    }
+
+    /// `get` of 1000 keys spread over the cache, each timed, and
+    /// `by_index` of up to 5 buckets of 1000 objects, each timed.
+    fn read_probe(&self) -> Value {
+        let snapshot = self.informer.store().snapshot();
+        if snapshot.index_names().is_empty() {
+            return Value::Null;
+        }
+        let keys = snapshot.keys();
+        let step = (keys.len() / 1000).max(1);
+        let mut gets: Vec<f64> = keys
+            .iter()
+            .step_by(step)
+            .take(1000)
+            .map(|k| {
+                let t = std::time::Instant::now();
+                let o = snapshot.get(k);
+                let us = t.elapsed().as_secs_f64() * 1e6;
+                assert!(o.is_some(), "cached");
+                us
+            })
+            .collect();
+        gets.sort_by(f64::total_cmp);
+        let mut by_index: Vec<(f64, usize)> = snapshot
+            .list_index_values(BUCKET)
+            .iter()
+            .take(5)
+            .map(|v| {
+                let t = std::time::Instant::now();
+                let n = snapshot.by_index(BUCKET, v).map_or(0, |objs| objs.len());
+                (t.elapsed().as_secs_f64() * 1e3, n)
+            })
+            .collect();
+        by_index.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let pct = |v: &[f64], p: f64| {
+            v.get(((v.len() as f64 * p) as usize).min(v.len().saturating_sub(1)))
+                .copied()
+        };
+        json!({
+            "get_us_p50": pct(&gets, 0.5),
+            "get_us_p99": pct(&gets, 0.99),
+            "by_index_ms_p50": by_index.get(by_index.len() / 2).map(|b| b.0),
+            "by_index_objects": by_index.first().map(|b| b.1),
+            "compact": self.informer.stats().compact.map(|c| json!({
+                "bytes": c.bytes,
+                "decoded": c.decoded,
+                "decode_errors": c.decode_errors,
+                "dictionary": c.dictionary,
+            })),
+        })
     }
 
     async fn persist_counters(&self, timeout: Duration) -> Value {

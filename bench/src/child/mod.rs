@@ -62,6 +62,11 @@ pub(crate) trait Under {
     async fn persist_counters(&self, _timeout: Duration) -> Value {
         Value::Null
     }
+    /// With an index (kinformer's `indexed` variants): timed reads of the
+    /// cache; `Null` without one.
+    fn read_probe(&self) -> Value {
+        Value::Null
+    }
 }
 
 /// When this process started running the child (a restart is timed from it).
@@ -233,7 +238,9 @@ async fn job<U: Under>(
     tokio::time::sleep(Duration::from_millis(500)).await;
     let steady = heap_now().saturating_sub(base.heap0);
     let objects = under.objects();
+    let reads = under.read_probe();
     let synced = json!({
+        "reads": reads,
         "start_to_synced_ms": ms(start_to_synced),
         "warm": warm,
         "objects": objects,

@@ -54,7 +54,7 @@ pub struct Scale {
     pub resync_periods: Vec<u64>,
     /// Seconds of writing during the resync workload.
     pub resync_secs: f64,
-    /// Run only the informer variants with this label (profiling).
+    /// Run only the informer variants with these labels, `|`-separated.
     pub only: Option<String>,
     /// Object kinds of the sync workload.
     pub sync_kinds: Vec<Kind>,
@@ -79,7 +79,10 @@ pub struct Scale {
 impl Scale {
     /// Whether `variant` is to run.
     pub fn runs(&self, variant: &Variant) -> bool {
-        self.only.as_ref().is_none_or(|o| *o == variant.label())
+        let label = variant.label();
+        self.only
+            .as_ref()
+            .is_none_or(|o| o.split('|').any(|l| l.trim() == label))
     }
 }
 

@@ -16,6 +16,10 @@ fn variants(kind: Kind) -> Vec<Variant> {
         Variant::KUBE_RUNTIME,
         Variant::KINFORMER.streaming(),
         Variant::KUBE_RUNTIME.streaming(),
+        // Issue 26's compact cache, and the decoded cache with the same index
+        // and read probe.
+        Variant::KINFORMER.indexed(),
+        Variant::KINFORMER.compact(),
     ];
     if kind == Kind::Pod {
         v.push(Variant::KINFORMER.strip(Strip::AfterDecode));
@@ -118,8 +122,17 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
             }
         }
     }
+    // A variant not run (`--only`) has no figures: NaN, so no bar judges it.
     let summary = |key: &(usize, String, String), path: &[&str]| {
-        Summary::of(results.get(key).into_iter().flatten().map(|r| num(r, path)))
+        let s = Summary::of(results.get(key).into_iter().flatten().map(|r| num(r, path)));
+        if s.n == 0 {
+            Summary {
+                median: f64::NAN,
+                ..s
+            }
+        } else {
+            s
+        }
     };
     let mut table = Table::new(
         "",
@@ -180,6 +193,9 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
             ]);
             for v in variants(kind) {
                 let key = (n, k.clone(), v.label());
+                if !results.contains_key(&key) {
+                    continue;
+                }
                 let time = summary(&key, &["sync_ms"]);
                 let tput = Summary::of(
                     results
@@ -297,7 +313,46 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
             });
         }
     }
-    section.tables = vec![table, ratios, decode_table];
+    let mut compact_bars = Compact::default();
+    let mut reads = Table::new(
+        "Compact cache (issue 26): reads after the sync, and what the cache holds (medians over the repetitions):",
+        &[
+            "Objects",
+            "Kind",
+            "Informer",
+            "get p50 (µs)",
+            "get p99 (µs)",
+            "by_index of 1000 (ms)",
+            "Compact bytes/object",
+            "Sync objects/s vs indexed decoded",
+        ],
+    );
+    for &n in &scale.sync_sizes {
+        for &kind in &scale.sync_kinds {
+            let k = format!("{kind:?}");
+            let median =
+                |v: Variant, path: &[&str]| summary(&(n, k.clone(), v.label()), path).median;
+            compact_bars.judge(n, kind, median);
+            for v in [Variant::KINFORMER.indexed(), Variant::KINFORMER.compact()] {
+                let m = |path: &[&str]| median(v, path);
+                if m(&["sync_ms"]).is_nan() {
+                    continue;
+                }
+                let vs = median(Variant::KINFORMER.indexed(), &["sync_ms"]) / m(&["sync_ms"]);
+                reads.row(vec![
+                    n.to_string(),
+                    k.clone(),
+                    v.label(),
+                    format!("{:.1}", m(&["reads", "get_us_p50"])),
+                    format!("{:.1}", m(&["reads", "get_us_p99"])),
+                    format!("{:.2}", m(&["reads", "by_index_ms_p50"])),
+                    format!("{:.0}", m(&["reads", "compact", "bytes"]) / n as f64),
+                    format!("{vs:.2}"),
+                ]);
+            }
+        }
+    }
+    section.tables = vec![table, ratios, reads, decode_table];
     section.bars = vec![
         Bar::compared("time to synced ≤ 0.7× kube-runtime", time_ok, &time_d),
         Bar::compared("peak heap ≤ 0.8× kube-runtime", peak_ok, &peak_d),
@@ -313,6 +368,7 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
         ),
     ];
     section.bars.extend(metadata_bars.bars());
+    section.bars.extend(compact_bars.bars());
     section.raw = results
         .into_iter()
         .map(|((n, k, v), r)| serde_json::json!({"objects": n, "kind": k, "variant": v, "runs": r}))
@@ -324,6 +380,65 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
         .collect();
     server.shutdown();
     Ok(section)
+}
+
+/// Issue 26's bars on the compact cache: against kube-runtime's
+/// full-object reflector (steady heap ≤ 0.1×, peak ≤ 0.2×, time ≤ 1.0×),
+/// and its sync rate against the decoded cache with the same index (≥ 1/1.2).
+#[derive(Default)]
+struct Compact {
+    steady: (bool, Vec<String>),
+    peak: (bool, Vec<String>),
+    time: (bool, Vec<String>),
+    rate: (bool, Vec<String>),
+}
+
+impl Compact {
+    fn judge(&mut self, n: usize, kind: Kind, median: impl Fn(Variant, &[&str]) -> f64) {
+        let (c, krt, dec) = (
+            Variant::KINFORMER.compact(),
+            Variant::KUBE_RUNTIME,
+            Variant::KINFORMER.indexed(),
+        );
+        let tag = format!("{n} {kind:?}");
+        let record = |bar: &mut (bool, Vec<String>), path: &[&str], vs: Variant, limit: f64| {
+            let (a, b) = (median(c, path), median(vs, path));
+            if a.is_nan() || b.is_nan() {
+                return;
+            }
+            bar.1
+                .push(format!("{tag} vs {}: {}", vs.label(), ratio(a, b)));
+            bar.0 |= a > limit * b;
+        };
+        record(&mut self.steady, &["steady_bytes_per_object"], krt, 0.1);
+        record(&mut self.peak, &["peak_heap"], krt, 0.2);
+        record(&mut self.time, &["sync_ms"], krt, 1.0);
+        record(&mut self.rate, &["sync_ms"], dec, 1.2);
+    }
+
+    fn bars(self) -> Vec<Bar> {
+        let bar = |name: &str, (missed, details): (bool, Vec<String>)| {
+            Bar::compared(name, !missed, &details)
+        };
+        vec![
+            bar(
+                "compact cache (issue 26): steady heap ≤ 0.1× kube-runtime's",
+                self.steady,
+            ),
+            bar(
+                "compact cache (issue 26): peak heap during sync ≤ 0.2× kube-runtime's",
+                self.peak,
+            ),
+            bar(
+                "compact cache (issue 26): time to synced ≤ 1.0× kube-runtime's",
+                self.time,
+            ),
+            bar(
+                "compact cache (issue 26): sync time within 1.2× of the decoded cache's (same index)",
+                self.rate,
+            ),
+        ]
+    }
 }
 
 /// Issue 26's bars on the metadata-only variants: for each, whether a
