@@ -26,6 +26,8 @@ pub struct Selection {
     pub streaming_lists: Option<bool>,
     /// Snapshot directory and cluster identity (its URL), for a warm restart.
     pub persist: Option<(std::path::PathBuf, String)>,
+    /// A compact cache (`None`: the engine's setting).
+    pub compact_cache: Option<bool>,
 }
 
 /// Starts an informer over `resource` with the engine defaults. Needs an actix runtime.
@@ -70,6 +72,9 @@ pub fn start_informer(
     }
     if let Some((dir, cluster)) = &selection.persist {
         builder = builder.persist(dir, cluster.clone());
+    }
+    if selection.compact_cache.unwrap_or(engine.compact_cache) {
+        builder = builder.compact_cache(kinformer::CompactOptions::default());
     }
     builder
         .skip_managed_fields(engine.drop_managed_fields)

@@ -163,6 +163,8 @@ pub struct EngineSettings {
     /// Keep every informer's cache in a snapshot in this directory and
     /// start from it (warm restart; default: off).
     pub persist: Option<PathBuf>,
+    /// Compact caches (`InformerBuilder::compact_cache`; default: off).
+    pub compact_cache: bool,
 }
 
 impl Default for EngineSettings {
@@ -181,6 +183,7 @@ impl Default for EngineSettings {
             backoff: BackoffSettings::default(),
             fifo: FifoSettings::default(),
             persist: None,
+            compact_cache: false,
         }
     }
 }
@@ -377,6 +380,8 @@ pub struct InformerSettings {
     /// Snapshot directory of this informer (warm restart; default:
     /// `engine.persist`).
     pub persist: Option<PathBuf>,
+    /// A compact cache for this informer (default: `engine.compact_cache`).
+    pub compact_cache: Option<bool>,
     /// The subscribers.
     pub subscribers: Vec<SubscriberSettings>,
 }

@@ -195,6 +195,7 @@ async fn start_all(loaded: &Loaded) -> anyhow::Result<Started> {
             streaming_lists: inf.streaming_lists,
             persist: (inf.persist.as_ref().or(settings.engine.persist.as_ref()))
                 .map(|dir| (dir.clone(), cluster.config.cluster_url.to_string())),
+            compact_cache: inf.compact_cache,
         };
         let informer = start_informer(client.clone(), res, &selection, &settings.engine)?;
         span.in_scope(|| tracing::info!(namespace = ?inf.namespace, "informer started"));

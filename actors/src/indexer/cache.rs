@@ -695,8 +695,22 @@ impl<K: Resource + Send + Sync + 'static> Cache<K> {
     }
 
     /// Stores `obj` under `key` and updates every index (IDX-2, IDX-6). In
-    /// a compact cache, `previous` is decoded from its entry.
+    /// a compact cache, `previous` is decoded from its entry, but for an
+    /// object at the stored (non-empty) resourceVersion: the entry is kept
+    /// as it is, neither encoded nor indexed again, and `previous` is `obj`
+    /// itself (as a relist's unchanged objects share the cached `Arc` in
+    /// the decoded cache).
     pub fn upsert(&mut self, key: ObjectKey, obj: Arc<K>) -> Upserted<K> {
+        if let Some(Stored::Compact(entry)) = self.current.items.get(&key)
+            && let Some(rv) = entry.resource_version.as_deref()
+            && !rv.is_empty()
+            && obj.meta().resource_version.as_deref() == Some(rv)
+        {
+            return Upserted {
+                previous: Some(obj),
+                index_errors: Vec::new(),
+            };
+        }
         let values = self.index_values(&key, &obj);
         let stored = self.stored(&key, &obj, &values);
         self.count(&stored, true);
@@ -1012,6 +1026,31 @@ mod compact_tests {
         }
         assert_eq!(c.compact_stats().unwrap().bytes, 0, "removals uncount");
         assert!(Cache::<ConfigMap>::new().compact_stats().is_none());
+    }
+
+    #[test]
+    fn an_unchanged_resource_version_keeps_the_entry_and_answers_the_object() {
+        let mut c = new_cache();
+        c.add_index("by_val", by_val()).unwrap();
+        let at = |v: &str, rv: &str| {
+            let mut o = (*cm("a", v)).clone();
+            o.metadata.resource_version = Some(rv.into());
+            Arc::new(o)
+        };
+        c.upsert(key("a"), at("one", "7"));
+        let again = at("one", "7");
+        let up = c.upsert(key("a"), again.clone());
+        assert!(Arc::ptr_eq(&up.previous.unwrap(), &again), "no decode");
+        // A new resourceVersion is a change: encoded and indexed again.
+        let up = c.upsert(key("a"), at("two", "8"));
+        assert_eq!(val(&up.previous.unwrap()), "one");
+        assert_eq!(keys_of(&c, "by_val", "two"), ["a"]);
+        assert!(keys_of(&c, "by_val", "one").is_empty());
+        // An empty resourceVersion never counts as unchanged.
+        c.upsert(key("b"), at("x", ""));
+        let up = c.upsert(key("b"), at("y", ""));
+        assert_eq!(val(&up.previous.unwrap()), "x");
+        assert_eq!(val(&c.get("b").unwrap()), "y");
     }
 
     #[test]

@@ -67,10 +67,11 @@ impl<K: Resource> Sharing<K> {
 
     /// The cache as a list starts, when it holds anything to reuse.
     pub(super) fn reusable(&self) -> Option<Snapshot<K>> {
+        // A compact cache shares nothing, and a lookup would decode.
         self.cache
             .as_ref()
             .map(CacheReader::snapshot)
-            .filter(|s| !s.is_empty())
+            .filter(|s| !s.is_empty() && !s.is_compact())
     }
 
     /// Shares a listed object, reusing the cached `Arc` when the cache holds
