@@ -25,7 +25,7 @@ use kube::Resource;
 use tokio::sync::watch;
 
 use super::fifo_queue::FifoQueue;
-use super::messages::{Enqueue, FifoClosed, Progress, Replace, WatchDelta};
+use super::messages::{Enqueue, FifoClosed, ListPage, Progress, Replace, WatchDelta};
 use super::options::FifoOptions;
 use crate::answer::Answer;
 use crate::delta::PopReceipt;
@@ -61,6 +61,9 @@ pub struct DeltaFifo<K: Resource + Send + Sync + 'static> {
     progress_untold: bool,
     /// The initial population (the first replace) is a snapshot restored from disk.
     restored: bool,
+    /// A list's pages are arriving: the cache is at no one resourceVersion
+    /// until its end.
+    listing: bool,
     replaced_once: bool,
     stats: Arc<FifoStats>,
     span: tracing::Span,
@@ -87,6 +90,7 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
             accepted_rv: String::new(),
             progress_untold: false,
             restored: false,
+            listing: false,
             replaced_once: false,
             stats,
             span: tracing::Span::none(),
@@ -148,7 +152,8 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
         let receipts: Vec<PopReceipt> = batch.iter().map(|p| p.receipt.clone()).collect();
         self.in_flight = true;
         let restored = self.restored && batch.first().is_some_and(|p| p.is_in_initial_list);
-        let consistent_at = (self.queue.pending_deltas() == 0).then(|| self.accepted_rv.clone());
+        let consistent_at =
+            (self.queue.pending_deltas() == 0 && !self.listing).then(|| self.accepted_rv.clone());
         if consistent_at.is_some() {
             self.progress_untold = false;
         }
@@ -249,31 +254,57 @@ impl<K: Resource + Send + Sync + 'static> Handler<Progress> for DeltaFifo<K> {
     }
 }
 
+/// Objects without a usable key can never be cached: dropped with a log
+/// rather than failing the whole list (client-go aborts part-way, DF-9).
+fn usable<K: Resource>(objects: Vec<Arc<K>>) -> Vec<Arc<K>> {
+    // The condition of `ObjectKey::of`, without building the key twice.
+    let (usable, unusable): (Vec<_>, Vec<_>) = objects
+        .into_iter()
+        .partition(|o| o.meta().name.as_deref().is_some_and(|n| !n.is_empty()));
+    if !unusable.is_empty() {
+        tracing::warn!(
+            count = unusable.len(),
+            "list items without metadata.name: skipped"
+        );
+    }
+    usable
+}
+
+impl<K: Resource + Send + Sync + 'static> Handler<ListPage<K>> for DeltaFifo<K> {
+    type Result = Answer<Result<(), FifoClosed>>;
+
+    fn handle(&mut self, msg: ListPage<K>, ctx: &mut Context<Self>) -> Self::Result {
+        let _span = self.span.clone().entered();
+        // Only the first list can be the initial population (DF-15).
+        self.replaced_once = true;
+        self.listing = true;
+        if let Err(err) = self.queue.list_page(usable(msg.objects), msg.first) {
+            tracing::error!(%err, "list page failed");
+        }
+        self.pump(ctx);
+        self.answer()
+    }
+}
+
 impl<K: Resource + Send + Sync + 'static> Handler<Replace<K>> for DeltaFifo<K> {
     type Result = Answer<Result<(), FifoClosed>>;
 
     fn handle(&mut self, msg: Replace<K>, ctx: &mut Context<Self>) -> Self::Result {
         let _span = self.span.clone().entered();
         let known = self.known.snapshot();
-        // Objects without a usable key can never be cached: drop them with a log
-        // rather than abort the whole Replace (client-go aborts part-way, DF-9).
-        let (usable, unusable): (Vec<_>, Vec<_>) = msg
-            .objects
-            .into_iter()
-            // The condition of `ObjectKey::of`, without building the key twice.
-            .partition(|o| o.meta().name.as_deref().is_some_and(|n| !n.is_empty()));
-        if !unusable.is_empty() {
-            tracing::warn!(
-                count = unusable.len(),
-                "list items without metadata.name: skipped"
-            );
-        }
+        let objects = usable(msg.objects);
         // Only the first replace can be the initial population (DF-15).
         if !self.replaced_once {
             self.replaced_once = true;
             self.restored = msg.restored;
         }
-        if let Err(err) = self.queue.replace(usable, &known) {
+        let result = if msg.continues && self.listing {
+            self.queue.finish_list(objects, &known)
+        } else {
+            self.queue.replace(objects, &known)
+        };
+        self.listing = false;
+        if let Err(err) = result {
             tracing::error!(%err, rv = %msg.resource_version, "replace failed");
         }
         self.accepted_rv = msg.resource_version;
@@ -323,11 +354,19 @@ mod tests {
     #[actix::test]
     async fn a_replace_past_the_high_watermark_waits_for_room() {
         for ordering in [FifoOrdering::Merged, FifoOrdering::Arrival] {
-            replace_waits_for_room(ordering).await;
+            replace_waits_for_room(ordering, false).await;
         }
     }
 
-    async fn replace_waits_for_room(ordering: FifoOrdering) {
+    /// A list page past the high watermark waits the same: a long list is
+    /// read no faster than it is cached (merged order; arrival order keeps
+    /// pages aside until the list ends, so only its end waits).
+    #[actix::test]
+    async fn a_list_page_past_the_high_watermark_waits_for_room() {
+        replace_waits_for_room(FifoOrdering::Merged, true).await;
+    }
+
+    async fn replace_waits_for_room(ordering: FifoOrdering, paged: bool) {
         let cache = Cache::<ConfigMap>::new();
         let reader = cache.reader();
         let indexer = Indexer::new(cache, Arc::new(IndexerStats::default())).start();
@@ -365,11 +404,19 @@ mod tests {
         fifo.send(Enqueue(events)).await.unwrap().unwrap();
         settle().await;
         let list = |n| (0..n).map(|i| cm(&format!("l{i}"))).collect::<Vec<_>>();
-        let mut replaced = Box::pin(fifo.send(Replace {
-            objects: list(340),
-            resource_version: "9".into(),
-            restored: false,
-        }));
+        let mut replaced = if paged {
+            Box::pin(fifo.send(ListPage {
+                objects: list(340),
+                first: true,
+            })) as std::pin::Pin<Box<dyn Future<Output = _>>>
+        } else {
+            Box::pin(fifo.send(Replace {
+                objects: list(340),
+                resource_version: "9".into(),
+                restored: false,
+                continues: false,
+            }))
+        };
         settle().await;
         assert!(
             futures::poll!(&mut replaced).is_pending(),
@@ -425,6 +472,7 @@ mod tests {
             objects: vec![cm("a"), cm("b")],
             resource_version: "10".into(),
             restored: true,
+            continues: false,
         };
         fifo.send(restored).await.unwrap().unwrap();
         let point = take();
@@ -449,5 +497,43 @@ mod tests {
         assert_eq!(point.resource_version, "15");
         assert!(point.changed.is_empty());
         assert_eq!(point.snapshot.len(), 3);
+        // A paged relist: its first page is cached before the list ends, at
+        // no one resourceVersion, so there is no point until its end.
+        let page = vec![crate::testing::configmap("d", "20")];
+        fifo.send(ListPage {
+            objects: page,
+            first: true,
+        })
+        .await
+        .unwrap()
+        .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !reader.snapshot().contains("ns/d") {
+            assert!(std::time::Instant::now() < deadline, "the page is cached");
+            settle().await;
+        }
+        assert!(
+            feed.take(std::time::Duration::ZERO).unwrap().is_none(),
+            "no consistent point inside a list"
+        );
+        fifo.send(Replace {
+            objects: vec![crate::testing::configmap("e", "20")],
+            resource_version: "20".into(),
+            restored: false,
+            continues: true,
+        })
+        .await
+        .unwrap()
+        .unwrap();
+        let point = take();
+        assert_eq!(point.resource_version, "20");
+        let mut left: Vec<String> = point
+            .snapshot
+            .keys()
+            .iter()
+            .map(|k| k.to_string())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["ns/d", "ns/e"], "a, b and c vanished from the list");
     }
 }

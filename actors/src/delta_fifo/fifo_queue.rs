@@ -22,6 +22,15 @@ pub trait FifoQueue<K> {
     fn delete(&mut self, obj: Arc<K>, known: &dyn KnownObjects<K>) -> Result<(), KeyError>;
     /// A relist: the complete state. Atomic: a key error changes nothing.
     fn replace(&mut self, list: Vec<Arc<K>>, known: &dyn KnownObjects<K>) -> Result<(), KeyError>;
+    /// One page of a list that [`finish_list`](Self::finish_list) ends;
+    /// `first` starts a new list.
+    fn list_page(&mut self, page: Vec<Arc<K>>, first: bool) -> Result<(), KeyError>;
+    /// The end of a list: its last items, then what vanished.
+    fn finish_list(
+        &mut self,
+        list: Vec<Arc<K>>,
+        known: &dyn KnownObjects<K>,
+    ) -> Result<(), KeyError>;
     /// A periodic resync of the known objects.
     fn resync(&mut self, known: &dyn KnownObjects<K>);
     /// Up to `max` popped items, never two of one key, never across the
@@ -67,6 +76,16 @@ impl<K: Resource> FifoQueue<K> for DeltaQueue<K> {
     fn replace(&mut self, list: Vec<Arc<K>>, known: &dyn KnownObjects<K>) -> Result<(), KeyError> {
         DeltaQueue::replace(self, list, known)
     }
+    fn list_page(&mut self, page: Vec<Arc<K>>, first: bool) -> Result<(), KeyError> {
+        DeltaQueue::list_page(self, page, first)
+    }
+    fn finish_list(
+        &mut self,
+        list: Vec<Arc<K>>,
+        known: &dyn KnownObjects<K>,
+    ) -> Result<(), KeyError> {
+        DeltaQueue::finish_list(self, list, known)
+    }
     fn resync(&mut self, known: &dyn KnownObjects<K>) {
         DeltaQueue::resync(self, known)
     }
@@ -109,6 +128,16 @@ impl<K: Resource> FifoQueue<K> for RealFifo<K> {
     }
     fn replace(&mut self, list: Vec<Arc<K>>, known: &dyn KnownObjects<K>) -> Result<(), KeyError> {
         RealFifo::replace(self, list, known)
+    }
+    fn list_page(&mut self, page: Vec<Arc<K>>, first: bool) -> Result<(), KeyError> {
+        RealFifo::list_page(self, page, first)
+    }
+    fn finish_list(
+        &mut self,
+        list: Vec<Arc<K>>,
+        known: &dyn KnownObjects<K>,
+    ) -> Result<(), KeyError> {
+        RealFifo::finish_list(self, list, known)
     }
     fn resync(&mut self, known: &dyn KnownObjects<K>) {
         RealFifo::resync(self, known)

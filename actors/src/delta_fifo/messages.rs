@@ -27,10 +27,28 @@ impl<K: 'static> Message for Enqueue<K> {
     type Result = Result<(), FifoClosed>;
 }
 
+/// One page of a list whose end is a [`Replace`] with `continues`, queued
+/// at once so the Indexer takes the list while it is read (DF-9 step 1).
+/// Answered when the queue has room: a long list is read no faster than it
+/// is cached, and never held whole.
+pub struct ListPage<K> {
+    /// The page's objects.
+    pub objects: Vec<Arc<K>>,
+    /// The first page of a list: pages of an earlier list that never ended
+    /// are void.
+    pub first: bool,
+}
+
+impl<K: 'static> Message for ListPage<K> {
+    type Result = Result<(), FifoClosed>;
+}
+
 /// The complete state from a list (DF-9). Answered when the queue has room.
 pub struct Replace<K> {
-    /// Every object of the list.
+    /// Every object of the list, or those after its [`ListPage`]s.
     pub objects: Vec<Arc<K>>,
+    /// [`ListPage`]s of this list came before: they are part of it.
+    pub continues: bool,
     /// The list's resourceVersion.
     pub resource_version: String,
     /// The objects are a snapshot restored from disk, not a list: as the

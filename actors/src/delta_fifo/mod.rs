@@ -45,8 +45,8 @@
 //!   [`fifo_queue`]: the interface the actor uses.
 //! - `in_flight.rs`, `population.rs` (private): what both share.
 //! - [`actor`]: the actor that owns the queue ([`DeltaFifo`]); [`options`]:
-//!   its configuration; [`messages`]: what it takes ([`Enqueue`], [`Replace`],
-//!   [`Progress`]).
+//!   its configuration; [`messages`]: what it takes ([`Enqueue`], [`ListPage`],
+//!   [`Replace`], [`Progress`]).
 
 pub mod actor;
 pub mod fifo_queue;
@@ -61,7 +61,7 @@ mod scenario;
 
 pub use actor::{DeltaFifo, FifoStats};
 pub use fifo_queue::FifoQueue;
-pub use messages::{Enqueue, FifoClosed, Progress, Replace, WatchDelta};
+pub use messages::{Enqueue, FifoClosed, ListPage, Progress, Replace, WatchDelta};
 pub use options::{FifoOptions, FifoOrdering};
 pub use queue::{DeltaQueue, DeltaQueueOptions};
 pub use real_fifo::RealFifo;

@@ -11,6 +11,9 @@
 pub(super) struct InitialPopulation {
     /// A first mutation happened.
     populated: bool,
+    /// The first mutation is a list whose pages are arriving: its end
+    /// completes the initial population.
+    open: bool,
     /// Items of the initial population not popped yet.
     unpopped: usize,
     /// Items of the initial population popped, not done yet.
@@ -23,15 +26,28 @@ impl InitialPopulation {
     /// An add, update or delete: if it is the first mutation, there is no
     /// initial population and the queue is synced at once.
     pub(super) fn mutated(&mut self) {
-        self.replaced(0);
+        if !self.open {
+            self.replaced(0);
+        }
     }
 
-    /// A relist that leaves `items` queued: if it is the first mutation,
-    /// they are the initial population (nothing queued: synced at once).
+    /// A page of a list that queued `items` more keys: if the list is the
+    /// first mutation, they join the initial population, still open.
+    pub(super) fn listed_page(&mut self, items: usize) {
+        if !self.populated {
+            self.open = true;
+            self.unpopped += items;
+        }
+    }
+
+    /// A relist (or the end of a paged one) that queued `items` more keys:
+    /// if it is the first mutation, they complete the initial population
+    /// (nothing queued: synced at once).
     pub(super) fn replaced(&mut self, items: usize) {
         if !self.populated {
             self.populated = true;
-            self.unpopped = items;
+            self.open = false;
+            self.unpopped += items;
             self.latch();
         }
     }

@@ -99,6 +99,9 @@ pub struct DeltaQueue<K> {
     population: InitialPopulation,
     /// Deltas in `items`, exactly (the DeltaFIFO's back-pressure measure).
     pending_deltas: usize,
+    /// The keys of the list whose pages are arriving ([`Self::list_page`]),
+    /// until its end ([`Self::finish_list`]); `None` when no list is open.
+    listing: Option<HashSet<ObjectKey, KeyHasher>>,
 }
 
 impl<K: Resource> DeltaQueue<K> {
@@ -111,6 +114,7 @@ impl<K: Resource> DeltaQueue<K> {
             in_flight: InFlight::new(),
             population: InitialPopulation::default(),
             pending_deltas: 0,
+            listing: None,
         }
     }
 
@@ -147,27 +151,62 @@ impl<K: Resource> DeltaQueue<K> {
     /// A relist (DF-9): queues every item of `list` as `Replaced` (or `Sync`),
     /// then a tombstone for every queued or known key missing from the list.
     /// The first `replace` before any other mutation defines the initial
-    /// population (DF-15). Atomic: a key error changes nothing.
+    /// population (DF-15). Atomic: a key error changes nothing. A list
+    /// whose pages came through [`list_page`](Self::list_page) is void.
     pub fn replace(
         &mut self,
         list: Vec<Arc<K>>,
         known: &dyn KnownObjects<K>,
     ) -> Result<(), KeyError> {
-        let keyed = list
-            .into_iter()
-            .map(|obj| ObjectKey::of(&*obj).map(|key| (key, obj)))
-            .collect::<Result<Vec<_>, _>>()?;
+        self.listing = None;
+        self.finish_list(list, known)
+    }
+
+    /// One page of a relist, queued at once (DF-9 step 1 for its items), so
+    /// the consumer takes a long list while it is read and nothing holds it
+    /// whole; [`finish_list`](Self::finish_list) ends it. `first` starts a
+    /// new list: the keys of an earlier list that never finished are
+    /// forgotten (their queued states stay: they were the server's).
+    /// Items of a first list join the initial population, which is not
+    /// complete until the list ends. Atomic per page: a key error changes
+    /// nothing (the pages before it stay queued).
+    pub fn list_page(&mut self, page: Vec<Arc<K>>, first: bool) -> Result<(), KeyError> {
+        let keyed = keyed(page)?;
+        if first || self.listing.is_none() {
+            self.listing = Some(HashSet::default());
+        }
+        let queued_before = self.queue.len();
+        let listing = self.listing.get_or_insert_default();
+        for (key, _) in &keyed {
+            listing.insert(key.clone());
+        }
+        for (key, obj) in keyed {
+            let delta = self.listed_delta(obj);
+            self.queue_delta(key, delta);
+        }
+        self.population
+            .listed_page(self.queue.len() - queued_before);
+        Ok(())
+    }
+
+    /// The end of a relist (DF-9): `list`'s items, after the pages of this
+    /// list queued by [`list_page`](Self::list_page) if any, then the
+    /// tombstones for every queued or known key missing from the whole
+    /// list. Atomic: a key error changes nothing.
+    pub fn finish_list(
+        &mut self,
+        list: Vec<Arc<K>>,
+        known: &dyn KnownObjects<K>,
+    ) -> Result<(), KeyError> {
+        let keyed = keyed(list)?;
+        let queued_before = self.queue.len();
 
         // Step 1: list items, in list order.
-        let mut listed: HashSet<ObjectKey, KeyHasher> =
-            HashSet::with_capacity_and_hasher(keyed.len(), KeyHasher::default());
+        let mut listed = self.listing.take().unwrap_or_default();
+        listed.reserve(keyed.len());
         for (key, obj) in keyed {
             listed.insert(key.clone());
-            let delta = if self.emit_replaced {
-                Delta::Replaced(obj)
-            } else {
-                Delta::Sync(obj)
-            };
+            let delta = self.listed_delta(obj);
             self.queue_delta(key, delta);
         }
 
@@ -194,14 +233,24 @@ impl<K: Resource> DeltaQueue<K> {
             .overlay(known)
             .vanished(&listed, |key| self.items.contains_key(key));
 
-        let deletions = missing_queued.len() + missing_known.len();
         for (key, last_known) in missing_queued.into_iter().chain(missing_known) {
             self.queue_tombstone(key, last_known);
         }
 
-        // Step 4: the first mutation defines the initial population.
-        self.population.replaced(listed.len() + deletions);
+        // Step 4: the first mutation defines the initial population: the
+        // keys this list queued (with its pages, if it had any).
+        self.population
+            .replaced(self.queue.len().saturating_sub(queued_before));
         Ok(())
+    }
+
+    /// A listed item's delta (DF-10).
+    fn listed_delta(&self, obj: Arc<K>) -> Delta<K> {
+        if self.emit_replaced {
+            Delta::Replaced(obj)
+        } else {
+            Delta::Sync(obj)
+        }
     }
 
     /// A periodic resync (DF-11): queues `Sync` with the cached object for
@@ -342,6 +391,13 @@ impl<K: Resource> DeltaQueue<K> {
             }
         }
     }
+}
+
+/// Every object with its key; the first key error fails them all.
+fn keyed<K: Resource>(list: Vec<Arc<K>>) -> Result<Vec<(ObjectKey, Arc<K>)>, KeyError> {
+    list.into_iter()
+        .map(|obj| ObjectKey::of(&*obj).map(|key| (key, obj)))
+        .collect()
 }
 
 /// DF-4: merge the last two deltas only if both are `Deleted`; keep the older
@@ -848,6 +904,75 @@ mod tests {
         q.replace(vec![o("d", 4)], &()).unwrap();
         assert!(q.has_synced());
         assert!(!q.pop().unwrap().is_in_initial_list);
+    }
+
+    /// DF-9 for a list read page by page: each page is queued at once (the
+    /// consumer may take it before the list ends), and what vanished is
+    /// deleted at its end, against the keys of all its pages.
+    #[test]
+    fn df_9_a_paged_list_is_queued_page_by_page_and_deletes_at_its_end() {
+        let known = Listed(vec![o("a", 1), o("b", 2), o("gone", 3)]);
+        let mut q = queue();
+        q.list_page(vec![o("a", 5), o("b", 6)], true).unwrap();
+        let a = q
+            .pop()
+            .expect("the first page is queued before the list ends");
+        assert_eq!(shows(&a.deltas), ["Replaced a@5"]);
+        q.list_page(vec![o("c", 7)], false).unwrap();
+        assert!(pending(&q, "gone").is_empty(), "no delete before the end");
+        q.finish_list(vec![o("d", 8)], &known).unwrap();
+        q.done(&a.receipt);
+        assert_eq!(pending(&q, "b"), ["Replaced b@6"]);
+        assert_eq!(pending(&q, "c"), ["Replaced c@7"]);
+        assert_eq!(pending(&q, "d"), ["Replaced d@8"]);
+        assert_eq!(pending(&q, "gone").len(), 1);
+        assert!(matches!(q.items["gone"][0], Delta::Deleted(_)));
+        assert!(pending(&q, "a").is_empty(), "listed in the first page");
+    }
+
+    /// DF-15 for a paged initial list: popping and processing every item of
+    /// the pages so far does not sync the queue; the list's end does.
+    #[test]
+    fn df_15_a_paged_initial_list_is_synced_only_at_its_end() {
+        let mut q = queue();
+        q.list_page(vec![o("a", 1), o("b", 2)], true).unwrap();
+        for _ in 0..2 {
+            let p = q.pop().unwrap();
+            assert!(p.is_in_initial_list);
+            q.done(&p.receipt);
+        }
+        assert!(!q.has_synced(), "the list goes on");
+        q.finish_list(vec![o("c", 3)], &()).unwrap();
+        assert!(!q.has_synced());
+        let c = q.pop().unwrap();
+        assert!(c.is_in_initial_list);
+        q.done(&c.receipt);
+        assert!(q.has_synced());
+    }
+
+    /// A list that failed after some pages: the next list's first page (or
+    /// a whole `replace`) forgets its keys, so what vanished since is deleted.
+    #[test]
+    fn df_9_the_pages_of_a_list_that_never_ended_are_void() {
+        let known = Listed(vec![o("x", 1)]);
+        let mut q = queue();
+        q.list_page(vec![o("x", 2), o("y", 3)], true).unwrap();
+        q.list_page(vec![o("z", 4)], true).unwrap();
+        q.finish_list(Vec::new(), &known).unwrap();
+        for key in ["x", "y"] {
+            let deltas = &q.items[key];
+            assert!(
+                matches!(deltas.last(), Some(Delta::Deleted(_))),
+                "{key}: {:?}",
+                shows(deltas)
+            );
+        }
+        assert_eq!(pending(&q, "z"), ["Replaced z@4"]);
+
+        let mut q = queue();
+        q.list_page(vec![o("x", 2)], true).unwrap();
+        q.replace(vec![o("z", 4)], &known).unwrap();
+        assert!(matches!(q.items["x"].last(), Some(Delta::Deleted(_))));
     }
 
     /// DF-T20 is about `Close` waking blocked `Pop` calls. Our `pop` never

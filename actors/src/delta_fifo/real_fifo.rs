@@ -75,6 +75,10 @@ pub struct RealFifo<K> {
     in_flight: InFlight<K>,
     /// The initial population and the latched HasSynced (RF-6).
     population: InitialPopulation,
+    /// The pages of a list not finished yet ([`Self::list_page`]): a
+    /// relist's deletes come before its items (RF-5), so a list is queued
+    /// only whole.
+    pages: Vec<Arc<K>>,
 }
 
 impl<K> Default for RealFifo<K> {
@@ -84,6 +88,7 @@ impl<K> Default for RealFifo<K> {
             queued: HashMap::default(),
             in_flight: InFlight::new(),
             population: InitialPopulation::default(),
+            pages: Vec::new(),
         }
     }
 }
@@ -118,6 +123,7 @@ impl<K: Resource> RealFifo<K> {
         list: Vec<Arc<K>>,
         known: &dyn KnownObjects<K>,
     ) -> Result<(), KeyError> {
+        self.pages = Vec::new();
         let keyed = list
             .into_iter()
             .map(|obj| ObjectKey::of(&*obj).map(|key| (key, obj)))
@@ -157,6 +163,30 @@ impl<K: Resource> RealFifo<K> {
         }
         self.population.replaced(self.items.len());
         Ok(())
+    }
+
+    /// One page of a list, kept until [`finish_list`](Self::finish_list)
+    /// (the deletes of a relist come first, RF-5, and are known only at its
+    /// end). `first` forgets the pages of an earlier list never finished.
+    pub fn list_page(&mut self, page: Vec<Arc<K>>, first: bool) -> Result<(), KeyError> {
+        if first {
+            self.pages.clear();
+        }
+        self.pages.extend(page);
+        Ok(())
+    }
+
+    /// The end of a list whose pages came through
+    /// [`list_page`](Self::list_page): a [`replace`](Self::replace) with
+    /// them and `list`.
+    pub fn finish_list(
+        &mut self,
+        list: Vec<Arc<K>>,
+        known: &dyn KnownObjects<K>,
+    ) -> Result<(), KeyError> {
+        let mut whole = std::mem::take(&mut self.pages);
+        whole.extend(list);
+        self.replace(whole, known)
     }
 
     /// A periodic resync (RF-7): queues `Sync` with the cached object for
@@ -345,6 +375,27 @@ mod tests {
     }
 
     // ---- spec 3.2 scenarios -------------------------------------------------
+
+    /// A paged list is queued whole at its end: its deletes come first (RF-5).
+    #[test]
+    fn rf_5_a_paged_list_is_queued_whole_at_its_end() {
+        let known = Listed(vec![o("gone", 1)]);
+        let mut q = RealFifo::new();
+        q.list_page(vec![o("stale", 9)], true).unwrap();
+        q.list_page(vec![o("a", 2)], true).unwrap();
+        q.list_page(vec![o("b", 3)], false).unwrap();
+        assert_eq!(q.len(), 0, "nothing queued before the end");
+        q.finish_list(vec![o("c", 4)], &known).unwrap();
+        let popped: Vec<String> = std::iter::from_fn(|| q.pop())
+            .map(|p| shows(&p.deltas).join(" "))
+            .collect();
+        assert_eq!(popped.len(), 4, "{popped:?}");
+        assert!(popped[0].starts_with("Deleted"), "{popped:?}");
+        assert_eq!(
+            &popped[1..],
+            ["Replaced a@2", "Replaced b@3", "Replaced c@4"]
+        );
+    }
 
     #[test]
     fn rf_t2_replace_with_delete_delta_in() {

@@ -214,6 +214,11 @@ impl ListerWatcher<ConfigMap> for FakeSource {
 #[derive(Clone)]
 pub struct Recorder {
     received: Rc<RefCell<Vec<(Duration, String)>>>,
+    /// The pages of the list in progress.
+    pages: Rc<RefCell<Vec<String>>>,
+    /// Every page received before its list ended, as `[name@rv ...]`, with
+    /// whether it was a list's first.
+    handed: Rc<RefCell<Vec<(bool, String)>>>,
     start: Instant,
 }
 
@@ -221,6 +226,8 @@ impl Default for Recorder {
     fn default() -> Self {
         Recorder {
             received: Rc::default(),
+            pages: Rc::default(),
+            handed: Rc::default(),
             start: Instant::now(),
         }
     }
@@ -241,6 +248,11 @@ impl Recorder {
         self.received.borrow().clone()
     }
 
+    /// The pages handed over before their lists ended.
+    pub fn pages(&self) -> Vec<(bool, String)> {
+        self.handed.borrow().clone()
+    }
+
     fn push(&self, what: String) {
         let at = self.start.elapsed();
         self.received.borrow_mut().push((at, what));
@@ -248,8 +260,31 @@ impl Recorder {
 }
 
 impl Sink<ConfigMap> for Recorder {
-    async fn replace(&self, objects: Vec<Arc<ConfigMap>>, rv: String) -> Result<(), FifoClosed> {
+    /// Pages are kept and shown with the list's end, as one `replace`.
+    async fn list_page(&self, objects: Vec<Arc<ConfigMap>>, first: bool) -> Result<(), FifoClosed> {
+        let mut pages = self.pages.borrow_mut();
+        if first {
+            pages.clear();
+        }
         let names: Vec<String> = objects.iter().map(|o| name_at(o)).collect();
+        self.handed
+            .borrow_mut()
+            .push((first, format!("[{}]", names.join(" "))));
+        pages.extend(names);
+        Ok(())
+    }
+
+    async fn replace(
+        &self,
+        objects: Vec<Arc<ConfigMap>>,
+        rv: String,
+        continues: bool,
+    ) -> Result<(), FifoClosed> {
+        let mut names = std::mem::take(&mut *self.pages.borrow_mut());
+        if !continues {
+            names.clear();
+        }
+        names.extend(objects.iter().map(|o| name_at(o)));
         self.push(format!("replace {rv} [{}]", names.join(" ")));
         Ok(())
     }

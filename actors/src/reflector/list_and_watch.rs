@@ -21,7 +21,7 @@ use tokio::time::Instant;
 
 use super::event::SourceEvent;
 use super::failure::Failure;
-use super::pager::list_all;
+use super::pager::list_pages;
 use super::recovery::ProbeVerdict;
 use super::sharing::{Sharing, Transform};
 use super::sink::Sink;
@@ -257,14 +257,18 @@ where
             let outcome = if req.streaming {
                 self.streaming_list().await.map(|(items, rv, stream)| {
                     handed_over = Some(stream);
-                    (items, rv, false)
+                    (items, rv, false, false, false)
                 })
             } else {
                 let stats = &self.stats;
                 let sharing = &self.sharing;
+                let sink = &self.sink;
                 // Shared page by page, and unchanged objects are the cached ones.
                 let cached = sharing.reusable();
-                list_all(
+                // Each page but the last goes to the sink as soon as it is
+                // read: the list is cached while it is read, never held whole.
+                let mut first = true;
+                list_pages(
                     &mut self.source,
                     &req,
                     |n, total| {
@@ -274,13 +278,32 @@ where
                             .store(total.unwrap_or(0), Ordering::Relaxed);
                     },
                     |o| sharing.share_listed(o, cached.as_ref()),
+                    async |page| {
+                        let was_first = std::mem::replace(&mut first, false);
+                        sink.list_page(page, was_first).await.is_ok()
+                    },
                 )
                 .await
-                .map(|l| (l.items, l.resource_version, l.paginated))
+                .map(|l| {
+                    let continues = l.handed_out > 0;
+                    (
+                        l.items,
+                        l.resource_version,
+                        l.paginated,
+                        continues,
+                        l.stopped,
+                    )
+                })
             };
             match outcome {
-                Ok((objects, rv, paginated)) => {
-                    if self.sink.replace(objects, rv.clone()).await.is_err() {
+                Ok((_, _, _, _, true)) => return Err(Exit::SinkClosed),
+                Ok((objects, rv, paginated, continues, false)) => {
+                    if self
+                        .sink
+                        .replace(objects, rv.clone(), continues)
+                        .await
+                        .is_err()
+                    {
                         return Err(Exit::SinkClosed);
                     }
                     let mut st = self.state.borrow_mut();
@@ -603,8 +626,26 @@ mod tests {
                 "enqueue [added d@11 modified a@12]"
             ]
         );
+        // The first page went to the sink before the list ended.
+        assert_eq!(d.sink.pages(), [(true, "[a@1 b@2]".to_owned())]);
         assert_eq!(*d.rv.borrow(), "12");
         assert_eq!(d.stats.failures.load(Ordering::Relaxed), 0);
+    }
+
+    /// A list that fails after handing out pages is void: the next list
+    /// starts with a first page, or is one whole `replace`.
+    #[tokio::test(start_paused = true)]
+    async fn r_11_a_list_failing_after_its_first_page_is_void() {
+        let mut d = Driven::new(ReflectorOptions::default());
+        d.source
+            .page("10", &[("a", "1"), ("b", "2")], Some("c1"))
+            .page_fails(Failure::ConnectionRefused)
+            .page("11", &[("b", "3")], None)
+            .watch(&[Step::Hang]);
+        d.run_for(MINUTE).await;
+        assert_eq!(d.sink.pages(), [(true, "[a@1 b@2]".to_owned())]);
+        assert_eq!(d.sink.received(), ["replace 11 [b@3]"]);
+        assert_eq!(d.stats.failures.load(Ordering::Relaxed), 1);
     }
 
     /// a 410 inside the stream relists after a backoff at the last

@@ -47,7 +47,7 @@ pub use failure::Failure;
 pub use last_failure::{LastFailure, RequestFailure};
 pub use list_and_watch::{CUT_SHORT_RETRIES, Exit, ListAndWatch};
 pub use messages::StopReflector;
-pub use pager::{Listed, list_all};
+pub use pager::{Listed, list_all, list_pages};
 pub use recovery::{
     MAX_UNREACHABLE_REWATCHES, Outage, PROBE_INTERVAL_MAX, PROBE_INTERVAL_MIN, ProbeVerdict,
 };

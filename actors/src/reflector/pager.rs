@@ -9,8 +9,13 @@ use super::state::ListRequest;
 /// A list's result.
 #[derive(Debug)]
 pub struct Listed<T> {
-    /// Every item of every page.
+    /// Every item of every page ([`list_all`]), or of the pages not handed
+    /// out ([`list_pages`]: the last one).
     pub items: Vec<T>,
+    /// Items handed out page by page before `items` ([`list_pages`]).
+    pub handed_out: usize,
+    /// The page consumer refused a page: the list stopped there.
+    pub stopped: bool,
     /// The list's resourceVersion (from the first page, R-11).
     pub resource_version: String,
     /// More than one page was needed.
@@ -25,12 +30,46 @@ pub struct Listed<T> {
 pub async fn list_all<K, S, T>(
     source: &mut S,
     req: &ListRequest,
-    mut progress: impl FnMut(u64, Option<u64>),
-    mut map: impl FnMut(K) -> Option<T>,
+    progress: impl FnMut(u64, Option<u64>),
+    map: impl FnMut(K) -> Option<T>,
 ) -> Result<Listed<T>, Failure>
 where
     S: ListerWatcher<K>,
 {
+    let mut earlier = Vec::new();
+    let mut listed = list_pages(source, req, progress, map, async |page: Vec<T>| {
+        earlier.extend(page);
+        true
+    })
+    .await?;
+    if listed.handed_out == 0 {
+        // The fallback's whole list after an expired token.
+        earlier.clear();
+    }
+    earlier.append(&mut listed.items);
+    listed.items = earlier;
+    listed.handed_out = 0;
+    Ok(listed)
+}
+
+/// Lists like [`list_all`], handing each page but the last to `page_out`
+/// as soon as it is mapped (so a consumer can take a long list while it is
+/// read, and nothing holds it whole); the last page is the result's
+/// `items`. If the continue token expires, one unpaginated list follows,
+/// a whole list of its own (`handed_out` 0: the pages before are void, and
+/// some objects come twice). When
+/// `page_out` answers `false` the list stops (`stopped`).
+pub async fn list_pages<K, S, T>(
+    source: &mut S,
+    req: &ListRequest,
+    mut progress: impl FnMut(u64, Option<u64>),
+    mut map: impl FnMut(K) -> Option<T>,
+    mut page_out: impl AsyncFnMut(Vec<T>) -> bool,
+) -> Result<Listed<T>, Failure>
+where
+    S: ListerWatcher<K>,
+{
+    let mut handed_out = 0usize;
     let first = PageRequest {
         version: req.version.clone(),
         limit: req.page_size,
@@ -52,8 +91,11 @@ where
                 };
                 let list = source.list_page(&full).await?;
                 progress(list.items.len() as u64, None);
+                // A list of its own: the pages handed out are not part of it.
                 return Ok(Listed {
                     items: list.items.into_iter().filter_map(map).collect(),
+                    handed_out: 0,
+                    stopped: false,
                     resource_version: list.resource_version.unwrap_or_default(),
                     paginated: true,
                 });
@@ -66,22 +108,31 @@ where
             total_hint = page
                 .remaining_item_count
                 .map(|r| r.max(0) as u64 + page.items.len() as u64);
-            // The hint comes from the server: capped, so a wild value
-            // cannot abort the process on allocation.
-            if let Some(total) = total_hint {
-                items.reserve(usize::try_from(total).unwrap_or(0).min(1 << 20));
-            }
         }
         let token = page.continue_token.clone().filter(|c| !c.is_empty());
         items.extend(page.items.into_iter().filter_map(&mut map));
-        progress(items.len() as u64, total_hint);
+        progress((handed_out + items.len()) as u64, total_hint);
         match token {
-            Some(token) => next.continue_token = Some(token),
+            Some(token) => {
+                next.continue_token = Some(token);
+                handed_out += items.len();
+                if !page_out(std::mem::take(&mut items)).await {
+                    return Ok(Listed {
+                        items,
+                        handed_out,
+                        stopped: true,
+                        resource_version: resource_version.unwrap_or_default(),
+                        paginated: true,
+                    });
+                }
+            }
             None => break,
         }
     }
     Ok(Listed {
         items,
+        handed_out,
+        stopped: false,
         resource_version: resource_version.unwrap_or_default(),
         paginated: pages > 1,
     })

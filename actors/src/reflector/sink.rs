@@ -6,17 +6,28 @@ use std::sync::Arc;
 
 use actix::Addr;
 
-use crate::delta_fifo::{DeltaFifo, Enqueue, FifoClosed, Progress, Replace, WatchDelta};
+use crate::delta_fifo::{DeltaFifo, Enqueue, FifoClosed, ListPage, Progress, Replace, WatchDelta};
 
 /// The receiving end of the Reflector loop. Each call completes once the
 /// sink has room (the DeltaFIFO answers only then): while it waits, the loop
 /// reads nothing more from the server, and TCP pushes back on it.
 pub trait Sink<K> {
-    /// A list's result: every object, and the list's resourceVersion.
+    /// One page of a list, handed over while the list goes on; a
+    /// `replace` with `continues` ends the list. `first`: its first page
+    /// (pages of a list that failed before are void).
+    fn list_page(
+        &self,
+        objects: Vec<Arc<K>>,
+        first: bool,
+    ) -> impl Future<Output = Result<(), FifoClosed>>;
+
+    /// A list's result: every object (after its pages when `continues`),
+    /// and the list's resourceVersion.
     fn replace(
         &self,
         objects: Vec<Arc<K>>,
         resource_version: String,
+        continues: bool,
     ) -> impl Future<Output = Result<(), FifoClosed>>;
 
     /// A batch of watch events, in order.
@@ -35,17 +46,30 @@ pub trait Sink<K> {
         objects: Vec<Arc<K>>,
         resource_version: String,
     ) -> impl Future<Output = Result<(), FifoClosed>> {
-        self.replace(objects, resource_version)
+        self.replace(objects, resource_version, false)
     }
 }
 
 impl<K: crate::Object> Sink<K> for Addr<DeltaFifo<K>> {
+    async fn list_page(&self, objects: Vec<Arc<K>>, first: bool) -> Result<(), FifoClosed> {
+        self.send(ListPage { objects, first })
+            .await
+            .unwrap_or(Err(FifoClosed))
+    }
+
     async fn replace(
         &self,
         objects: Vec<Arc<K>>,
         resource_version: String,
+        continues: bool,
     ) -> Result<(), FifoClosed> {
-        send_replace(self, objects, resource_version, false).await
+        let replace = Replace {
+            objects,
+            resource_version,
+            restored: false,
+            continues,
+        };
+        self.send(replace).await.unwrap_or(Err(FifoClosed))
     }
 
     async fn restore(
@@ -53,7 +77,13 @@ impl<K: crate::Object> Sink<K> for Addr<DeltaFifo<K>> {
         objects: Vec<Arc<K>>,
         resource_version: String,
     ) -> Result<(), FifoClosed> {
-        send_replace(self, objects, resource_version, true).await
+        let replace = Replace {
+            objects,
+            resource_version,
+            restored: true,
+            continues: false,
+        };
+        self.send(replace).await.unwrap_or(Err(FifoClosed))
     }
 
     async fn enqueue(&self, events: Vec<WatchDelta<K>>) -> Result<(), FifoClosed> {
@@ -64,18 +94,4 @@ impl<K: crate::Object> Sink<K> for Addr<DeltaFifo<K>> {
     fn progress(&self, resource_version: String) {
         self.do_send(Progress(resource_version));
     }
-}
-
-async fn send_replace<K: crate::Object>(
-    fifo: &Addr<DeltaFifo<K>>,
-    objects: Vec<Arc<K>>,
-    resource_version: String,
-    restored: bool,
-) -> Result<(), FifoClosed> {
-    let replace = Replace {
-        objects,
-        resource_version,
-        restored,
-    };
-    fifo.send(replace).await.unwrap_or(Err(FifoClosed))
 }
