@@ -24,7 +24,7 @@ use futures::channel::oneshot;
 use kube::Resource;
 use tokio::sync::watch;
 
-use super::fifo_queue::FifoQueue;
+use super::fifo_queue::{FifoQueue, usable};
 use super::messages::{Enqueue, FifoClosed, ListPage, Progress, Replace, WatchDelta};
 use super::options::FifoOptions;
 use crate::answer::Answer;
@@ -252,22 +252,6 @@ impl<K: Resource + Send + Sync + 'static> Handler<Progress> for DeltaFifo<K> {
             self.pump(ctx);
         }
     }
-}
-
-/// Objects without a usable key can never be cached: dropped with a log
-/// rather than failing the whole list (client-go aborts part-way, DF-9).
-fn usable<K: Resource>(objects: Vec<Arc<K>>) -> Vec<Arc<K>> {
-    // The condition of `ObjectKey::of`, without building the key twice.
-    let (usable, unusable): (Vec<_>, Vec<_>) = objects
-        .into_iter()
-        .partition(|o| o.meta().name.as_deref().is_some_and(|n| !n.is_empty()));
-    if !unusable.is_empty() {
-        tracing::warn!(
-            count = unusable.len(),
-            "list items without metadata.name: skipped"
-        );
-    }
-    usable
 }
 
 impl<K: Resource + Send + Sync + 'static> Handler<ListPage<K>> for DeltaFifo<K> {

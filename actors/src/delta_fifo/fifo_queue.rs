@@ -53,6 +53,22 @@ pub trait FifoQueue<K> {
     fn overlay_is_empty(&self) -> bool;
 }
 
+/// Objects without a usable key can never be cached: dropped with a log
+/// rather than failing the whole list (client-go aborts part-way, DF-9).
+pub(super) fn usable<K: Resource>(objects: Vec<Arc<K>>) -> Vec<Arc<K>> {
+    // The condition of `ObjectKey::of`, without building the key twice.
+    let (usable, unusable): (Vec<_>, Vec<_>) = objects
+        .into_iter()
+        .partition(|o| o.meta().name.as_deref().is_some_and(|n| !n.is_empty()));
+    if !unusable.is_empty() {
+        tracing::warn!(
+            count = unusable.len(),
+            "list items without metadata.name: skipped"
+        );
+    }
+    usable
+}
+
 impl FifoOrdering {
     /// An empty queue of this ordering.
     pub fn queue<K: Resource + 'static>(self) -> Box<dyn FifoQueue<K>> {
