@@ -545,16 +545,17 @@ async fn the_initial_list_in_one_batch_reaches_a_stalled_block_subscriber_in_chu
 ) {
     let server = server(10_000);
     server.seed_configmaps("default", 3_000).unwrap();
-    // Default options: the whole initial list is one batch for the Indexer.
+    // Default options: the initial list reaches the Indexer a page (500)
+    // at a time, each page one batch (or, unpaginated, all in one).
     let informer = kind.start(K::informer(&server));
     let (gate_tx, sub, log) = gated_block_subscriber(kind, &informer, false).await;
     let pending = || sub.stats().pending;
-    eventually(SETTLE, "the batch is applied and delivery began", || {
-        informer.stats().objects == 3_000 && pending() > 0
+    eventually(SETTLE, "a batch is applied and delivery began", || {
+        informer.stats().objects >= 500 && pending() > 0
     })
     .await;
     // The listener holds its queue (8) and at most one parked chunk (256),
-    // not the batch's 3 000 events; the FIFO waits for the rest.
+    // not the batch's events; the FIFO waits for the rest.
     for _ in 0..20 {
         assert!(pending() <= 8 + 256, "listener pending {}", pending());
         tokio::task::yield_now().await;
@@ -1047,7 +1048,9 @@ async fn a_relist_keeps_the_cached_arc_of_every_unchanged_object<K: Cached>(kind
         .collect();
     change_during_outage(&server, None, &names[0]);
     converges(&server, &log, "view equals server after relist").await;
-    assert!(informer.stats().relists >= 1);
+    // Its pages reach the cache while it is read: the view can converge
+    // before the relist ends.
+    eventually(SETTLE, "the relist ended", || informer.stats().relists >= 1).await;
     let after = informer.store().snapshot();
     let changed_key = format!("default/{}", names[0]);
     let mut reused = 0;

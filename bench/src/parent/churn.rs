@@ -148,6 +148,10 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
         Variant::KINFORMER.pipelined(),
         Variant::KINFORMER.batched(),
         Variant::KUBE_RUNTIME,
+        // Issue 26: delivery from a compact cache (each update encodes the
+        // new state and decodes the old one).
+        Variant::KINFORMER.compact(),
+        Variant::KINFORMER.batched().compact(),
     ];
     let mut paced: BTreeMap<(usize, String), Vec<Value>> = BTreeMap::new();
     let mut drain: BTreeMap<(usize, String), Vec<Value>> = BTreeMap::new();
@@ -222,6 +226,7 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
         ],
     );
     let (mut rate_ok, mut rate_d) = (true, Vec::new());
+    let (mut compact_ok, mut compact_d) = (true, Vec::new());
     let mut p99_10 = None;
     for &subs in &scale.churn_subscribers {
         let drain_median = |v: Variant| {
@@ -238,6 +243,9 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
         for v in variants {
             let key = (subs, v.label());
             let rs = paced.get(&key).cloned().unwrap_or_default();
+            if rs.is_empty() && !drain.contains_key(&key) {
+                continue; // not run (`--only`)
+            }
             let p = |k: &str| {
                 Summary::of(
                     rs.iter()
@@ -301,7 +309,22 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
             ]);
             // NaN (no complete kube-runtime drain) is not a rate to compare with.
             let krt_known = krt.is_finite() && krt > 0.0;
-            if kinformer && !ds.is_empty() && !krt_known {
+            if v.compact {
+                // Issue 26's bar: against the decoded cache, same delivery.
+                let decoded = drain_median(Variant {
+                    compact: false,
+                    indexed: false,
+                    ..v
+                });
+                if !ds.is_empty() && decoded.is_finite() {
+                    compact_ok &= rate.median * 1.2 >= decoded;
+                    compact_d.push(format!(
+                        "{subs} subscribers, {}: {} of the decoded cache's",
+                        v.label(),
+                        ratio(rate.median, decoded)
+                    ));
+                }
+            } else if kinformer && !ds.is_empty() && !krt_known {
                 rate_ok = false;
                 rate_d.push(format!(
                     "{subs} subscribers, {}: no complete kube-runtime drain to compare with",
@@ -359,6 +382,11 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
                 &rate_d,
             ),
             p99_bar,
+            Bar::compared(
+                "compact cache (issue 26): maximum rate within 1.2× of the decoded cache's, same delivery",
+                compact_ok,
+                &compact_d,
+            ),
         ],
         raw: paced
             .into_iter()
