@@ -38,6 +38,13 @@ use crate::subscription::{InformerLink, SubscribeOptions, Subscription, Subscrip
 use crate::wait::wait_synced;
 use kinformer_actors::reflector::WarmStart;
 
+/// A compact cache's DeltaFIFO high watermark, at most (decoded objects
+/// queued before the Reflector waits).
+const COMPACT_HIGH_WATERMARK: usize = 1024;
+/// A compact cache's initial batches, at most (decoded objects in flight to
+/// the Indexer).
+const COMPACT_INITIAL_BATCH: usize = 512;
+
 /// Configures an [`Informer`]; see [`Informer::builder`].
 ///
 /// ```no_run
@@ -121,11 +128,21 @@ where
     ///
     /// Choose it when memory matters more than read latency: large caches
     /// read mostly through events. Keep the decoded cache for hot `get`s.
+    ///
+    /// It also bounds the decoded objects on their way in: the DeltaFIFO's
+    /// high watermark becomes at most 1024 deltas and its initial batches at
+    /// most 512 keys (a later [`fifo_options`](Self::fifo_options) sets
+    /// them again), so a list, read page by page, is cached as it is read
+    /// and the peak during a sync stays near the compact cache's size.
     pub fn compact_cache(mut self, options: CompactOptions) -> Self
     where
         K: serde::Serialize + serde::de::DeserializeOwned,
     {
         self.compact = Some(Codec::json(options));
+        self.fifo = self
+            .fifo
+            .high_watermark(self.fifo.high_watermark.min(COMPACT_HIGH_WATERMARK))
+            .initial_batch_size(self.fifo.initial_batch_size.min(COMPACT_INITIAL_BATCH));
         self
     }
 
