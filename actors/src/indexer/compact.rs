@@ -8,8 +8,8 @@
 //! "Compact cache"): lz4 2749 B per Pod, zstd-3 1863 B, zstd-3 with a 32 KiB
 //! dictionary 230 B, and it compresses and decompresses faster than without.
 //!
-//! [`Compactor`] is the writer's side (it learns the dictionary);
-//! [`Compressed`] decompresses on any thread with a per-thread context.
+//! `Compactor` is the writer's side (it learns the dictionary);
+//! `Compressed` decompresses on any thread with a per-thread context.
 
 use std::cell::RefCell;
 use std::fmt;
