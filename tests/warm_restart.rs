@@ -32,6 +32,16 @@ fn persisted(server: &ServerHandle, dir: &PathBuf) -> InformerBuilder<ConfigMap>
         .persist(dir, "embedded")
 }
 
+/// As [`persisted`], with a compact cache when `compact`.
+fn persisted_as(server: &ServerHandle, dir: &PathBuf, compact: bool) -> InformerBuilder<ConfigMap> {
+    let builder = persisted(server, dir);
+    if compact {
+        builder.compact_cache(kinformer::CompactOptions::new().dictionary(8, 1024))
+    } else {
+        builder
+    }
+}
+
 /// Waits until the informer's snapshot is committed at the server's
 /// current resourceVersion.
 async fn snapshot_caught_up(server: &ServerHandle, informer: &Informer<ConfigMap>, what: &str) {
@@ -116,7 +126,15 @@ fn seed(server: &ServerHandle) {
 }
 
 async fn restarted(server: &ServerHandle, dir: &PathBuf) -> (Informer<ConfigMap>, Arc<Mutex<Log>>) {
-    let informer = persisted(server, dir).start().unwrap();
+    restarted_as(server, dir, false).await
+}
+
+async fn restarted_as(
+    server: &ServerHandle,
+    dir: &PathBuf,
+    compact: bool,
+) -> (Informer<ConfigMap>, Arc<Mutex<Log>>) {
+    let informer = persisted_as(server, dir, compact).start().unwrap();
     let log = subscribed(&informer).await;
     converges(server, &log, "the restarted informer's view").await;
     (informer, log)
@@ -127,13 +145,24 @@ async fn restarted(server: &ServerHandle, dir: &PathBuf) -> (Informer<ConfigMap>
 /// exactly the three changes made while it was down, as watch events.
 #[actix::test]
 async fn a_restart_inside_the_history_window_resumes_without_a_list() {
+    resume_without_a_list(false).await;
+}
+
+/// The same with a compact cache, written and restored.
+#[actix::test]
+async fn a_compact_cache_restarts_inside_the_history_window_without_a_list() {
+    resume_without_a_list(true).await;
+}
+
+async fn resume_without_a_list(compact: bool) {
     let server = server(10_000);
     seed(&server);
-    let dir = snapshot_dir("resume");
-    run_and_stop(&server, persisted(&server, &dir)).await;
+    let dir = snapshot_dir(if compact { "resume-compact" } else { "resume" });
+    run_and_stop(&server, persisted_as(&server, &dir, compact)).await;
     change_while_down(&server, 1);
     let mark = server.requests().mark();
-    let (informer, log) = restarted(&server, &dir).await;
+    let (informer, log) = restarted_as(&server, &dir, compact).await;
+    assert_eq!(informer.stats().compact.is_some(), compact);
     eventually(DEADLINE, "the resume reported", || {
         informer.stats().warm_start == WarmStart::Resumed
     })
@@ -166,13 +195,23 @@ async fn a_restart_inside_the_history_window_resumes_without_a_list() {
 /// unchanged objects are not notified again.
 #[actix::test]
 async fn a_restart_after_compaction_relists_once_and_notifies_only_changes() {
+    relist_after_compaction(false).await;
+}
+
+/// The same with a compact cache.
+#[actix::test]
+async fn a_compact_cache_restarts_after_compaction_with_only_the_changes() {
+    relist_after_compaction(true).await;
+}
+
+async fn relist_after_compaction(compact: bool) {
     let server = server(5);
     seed(&server);
-    let dir = snapshot_dir("relist");
-    run_and_stop(&server, persisted(&server, &dir)).await;
+    let dir = snapshot_dir(if compact { "relist-compact" } else { "relist" });
+    run_and_stop(&server, persisted_as(&server, &dir, compact)).await;
     change_while_down(&server, 10);
     let mark = server.requests().mark();
-    let (informer, log) = restarted(&server, &dir).await;
+    let (informer, log) = restarted_as(&server, &dir, compact).await;
     eventually(DEADLINE, "the relist reported", || {
         informer.stats().warm_start == WarmStart::Relisted
     })
