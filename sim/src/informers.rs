@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kinformer::{
-    Backoff, FifoOptions, Informer, InformerError, InformerStats, OverflowPolicy, SubscribeOptions,
-    Subscription, WarmStart,
+    Backoff, CompactOptions, FifoOptions, Informer, InformerError, InformerStats, OverflowPolicy,
+    SubscribeOptions, Subscription, WarmStart,
 };
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -119,6 +119,7 @@ impl InformerProbe {
             skip_managed_fields: false,
             high_watermark: 16_384,
             reflector_thread: false,
+            compact_cache: false,
         });
         let (name, selection) = match slot {
             InformerSlot::All => ("all", Selection::default()),
@@ -161,6 +162,9 @@ impl InformerProbe {
         if slot == InformerSlot::Namespaced {
             // A stop and a start are a process restart with persistence on.
             b = b.persist(&self.snapshots, "sim");
+        }
+        if engine.compact_cache && slot != InformerSlot::All {
+            b = b.compact_cache(CompactOptions::new().dictionary(8, 1024));
         }
         let informer = b.start()?;
         self.informers.push(Inf {

@@ -291,6 +291,9 @@ pub struct EngineChoice {
     pub high_watermark: usize,
     /// The `All` informer's Reflector on a thread of its own.
     pub reflector_thread: bool,
+    /// The `Tiered` and `Namespaced` informers keep a compact cache (the
+    /// `All` one stays decoded, as a reference).
+    pub compact_cache: bool,
 }
 
 /// The shape of the schedules to generate.
@@ -625,6 +628,8 @@ pub fn generate(seed: u64, profile: Profile) -> Schedule {
         skip_managed_fields: g.rng.random_bool(0.5),
         high_watermark: if g.rng.random_bool(0.5) { 16 } else { 16_384 },
         reflector_thread: g.rng.random_ratio(1, 4),
+        // From the seed, not the generator: earlier seeds keep their schedules.
+        compact_cache: seed % 4 == 1,
     };
     let seeded = g.rng.random_range(0..usize::from(profile.names) * 2);
     let mut seed_objects = Vec::new();

@@ -242,6 +242,13 @@ impl Registry {
                 gauge!(name, "informer" => inf.clone()).set(v);
             };
             g("kinformer_objects", s.objects as f64);
+            if let Some(compact) = s.compact {
+                g("kinformer_compact_cache_bytes", compact.bytes as f64);
+                c(
+                    "kinformer_compact_cache_decode_errors_total",
+                    compact.decode_errors,
+                );
+            }
             if let Some(p) = view.informer.persistence() {
                 for path in [
                     kinformer::WarmStart::Cold,
@@ -369,6 +376,14 @@ fn describe() {
         "Snapshots discarded at start (corrupt, foreign, outdated)."
     );
     describe_gauge!("kinformer_snapshot_bytes", "Size of the snapshot file.");
+    describe_gauge!(
+        "kinformer_compact_cache_bytes",
+        "Bytes a compact cache's entries hold (compressed objects, versions, index values)."
+    );
+    describe_counter!(
+        "kinformer_compact_cache_decode_errors_total",
+        "Reads of a compact cache entry that did not decode (expected: 0)."
+    );
     describe_gauge!(
         "kinformer_snapshot_failed",
         "1 once persistence stopped on an error (the informer goes on in memory)."
