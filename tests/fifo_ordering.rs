@@ -26,12 +26,23 @@ fn names(server: &kinformer_apiserver::ServerHandle) -> Vec<String> {
 /// orderings give exactly one tombstone and one relist update (and no
 /// update storm); merged delivers the delete after the relist's items
 /// (DF-9), arrival order before them (RF-5).
+/// The same with lists of 5 pages (merged: queued page by page; arrival:
+/// kept until the end) and on a compact cache.
 #[actix::test]
 async fn a_relist_delivers_its_deletes_after_the_items_merged_and_before_them_in_arrival_order() {
-    for ordering in ORDERINGS {
+    for (ordering, compact, page_size) in ORDERINGS
+        .into_iter()
+        .flat_map(|o| [(o, false, 500), (o, false, 4), (o, true, 4)])
+    {
         let server = server(10_000);
         server.seed_configmaps("default", 20).unwrap();
-        let informer = informer(&server).fifo_ordering(ordering).start().unwrap();
+        let mut builder = informer(&server)
+            .fifo_ordering(ordering)
+            .page_size(page_size);
+        if compact {
+            builder = builder.compact_cache(kinformer::CompactOptions::new().dictionary(8, 1024));
+        }
+        let informer = builder.start().unwrap();
         let (a, log) = Recorder::start();
         let _sub = informer
             .subscribe(a.recipient(), SubscribeOptions::default())
@@ -43,7 +54,8 @@ async fn a_relist_delivers_its_deletes_after_the_items_merged_and_before_them_in
         change_during_outage(&server, Some(&names[0]), &names[1]);
 
         converges(&server, &log, "view equals server after relist").await;
-        assert!(informer.stats().relists >= 1, "{ordering:?}");
+        eventually(SETTLE, "the relist ended", || informer.stats().relists >= 1).await;
+        assert_eq!(informer.stats().compact.is_some(), compact);
         let events = log.lock().unwrap().events.clone();
         let deleted = format!("default/{}", names[0]);
         let updated = format!("default/{}", names[1]);
