@@ -394,7 +394,7 @@ impl<K: Resource> DeltaQueue<K> {
 }
 
 /// Every object with its key; the first key error fails them all.
-fn keyed<K: Resource>(list: Vec<Arc<K>>) -> Result<Vec<(ObjectKey, Arc<K>)>, KeyError> {
+pub(super) fn keyed<K: Resource>(list: Vec<Arc<K>>) -> Result<Vec<(ObjectKey, Arc<K>)>, KeyError> {
     list.into_iter()
         .map(|obj| ObjectKey::of(&*obj).map(|key| (key, obj)))
         .collect()

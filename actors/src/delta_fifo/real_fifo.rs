@@ -47,6 +47,7 @@ use kube::Resource;
 
 use super::in_flight::{InFlight, KEEP_WHEN_IDLE, KeyHasher};
 use super::population::InitialPopulation;
+use super::queue::keyed;
 use crate::delta::{Delta, KnownObjects, PopReceipt, Popped};
 use crate::key::{DeletedObject, KeyError, ObjectKey};
 
@@ -124,10 +125,7 @@ impl<K: Resource> RealFifo<K> {
         known: &dyn KnownObjects<K>,
     ) -> Result<(), KeyError> {
         self.pages = Vec::new();
-        let keyed = list
-            .into_iter()
-            .map(|obj| ObjectKey::of(&*obj).map(|key| (key, obj)))
-            .collect::<Result<Vec<_>, _>>()?;
+        let keyed = keyed(list)?;
         let listed: HashSet<ObjectKey, KeyHasher> =
             keyed.iter().map(|(key, _)| key.clone()).collect();
 
