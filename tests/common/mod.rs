@@ -554,6 +554,14 @@ pub enum Kind {
     CompactClosure,
 }
 
+/// A [`Kind`]'s subscriber, whatever its informer's cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Subscriber {
+    Actor,
+    Stream,
+    Closure,
+}
+
 impl Kind {
     /// Starts the informer where this kind of subscriber needs it.
     pub fn start<K: Object + serde::Serialize>(self, builder: InformerBuilder<K>) -> Informer<K> {
@@ -564,19 +572,19 @@ impl Kind {
             _ => builder,
         };
         match self.subscriber() {
-            Kind::Actor => builder.start().expect("start the informer"),
-            _ => builder
+            Subscriber::Actor => builder.start().expect("start the informer"),
+            Subscriber::Stream | Subscriber::Closure => builder
                 .start_on_own_thread()
                 .expect("start the informer on its own thread"),
         }
     }
 
     /// The kind of subscriber, whatever the cache.
-    fn subscriber(self) -> Kind {
+    fn subscriber(self) -> Subscriber {
         match self {
-            Kind::CompactActor => Kind::Actor,
-            Kind::CompactClosure => Kind::Closure,
-            other => other,
+            Kind::Actor | Kind::CompactActor => Subscriber::Actor,
+            Kind::Stream => Subscriber::Stream,
+            Kind::Closure | Kind::CompactClosure => Subscriber::Closure,
         }
     }
 
@@ -592,7 +600,7 @@ impl Kind {
     ) -> (Subscription<K>, Arc<Mutex<Log>>) {
         let log = Arc::new(Mutex::new(Log::default()));
         let sub = match self.subscriber() {
-            Kind::Actor => {
+            Subscriber::Actor => {
                 let recorder = Recorder {
                     log: log.clone(),
                     gate,
@@ -601,7 +609,7 @@ impl Kind {
                 .start();
                 informer.subscribe(recorder.recipient(), options).await
             }
-            Kind::Stream => {
+            Subscriber::Stream => {
                 let mut stream = informer.stream(options).await.expect("stream");
                 let sub = stream.subscription().clone();
                 let log = log.clone();
@@ -613,7 +621,7 @@ impl Kind {
                 });
                 Ok(sub)
             }
-            Kind::Closure | Kind::CompactActor | Kind::CompactClosure => {
+            Subscriber::Closure => {
                 let log = log.clone();
                 informer
                     .subscribe_fn(options, move |event| {

@@ -575,8 +575,10 @@ impl<K: Resource + Send + Sync + 'static> Cache<K> {
             slot: self.current.indices.len(),
         };
         let mut errors = Vec::new();
-        let mut items = self.current.items.clone();
-        for (key, stored) in items.iter_mut() {
+        // Only compact entries change (they gain this index's values): a
+        // decoded cache's map is read, never copied.
+        let mut extended = Vec::new();
+        for (key, stored) in self.current.items.iter() {
             let Some(obj) = self.current.load(key, stored) else {
                 continue;
             };
@@ -588,15 +590,18 @@ impl<K: Resource + Send + Sync + 'static> Cache<K> {
                 let mut by_slot = entry.index_values.to_vec();
                 by_slot.resize(index.slot, Box::default());
                 by_slot.push(values.clone().into_boxed_slice());
-                *stored = Stored::Compact(Arc::new(CompactEntry {
+                let entry = CompactEntry {
                     data: entry.data.clone(),
                     resource_version: entry.resource_version.clone(),
                     index_values: by_slot.into_boxed_slice(),
-                }));
+                };
+                extended.push((key.clone(), Stored::Compact(Arc::new(entry))));
             }
             values.into_iter().for_each(|v| index.insert_key(v, key));
         }
-        self.current.items = items;
+        for (key, stored) in extended {
+            self.current.items.insert(key, stored);
+        }
         self.current.indices.insert(name.to_owned(), index);
         self.recount();
         Ok(errors)

@@ -42,12 +42,12 @@ where
         true
     })
     .await?;
-    if listed.handed_out == 0 {
-        // The fallback's whole list after an expired token.
-        earlier.clear();
+    // No page handed out (one page, or the fallback's whole list after an
+    // expired token): the result's items are the list as they are.
+    if listed.handed_out > 0 {
+        earlier.append(&mut listed.items);
+        listed.items = earlier;
     }
-    earlier.append(&mut listed.items);
-    listed.items = earlier;
     listed.handed_out = 0;
     Ok(listed)
 }
