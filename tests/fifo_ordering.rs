@@ -40,7 +40,11 @@ async fn a_relist_delivers_its_deletes_after_the_items_merged_and_before_them_in
             .fifo_ordering(ordering)
             .page_size(page_size);
         if compact {
-            builder = builder.compact_cache(kinformer::CompactOptions::new().dictionary(8, 1024));
+            builder = builder.compact_cache(
+                kinformer::CompactOptions::new()
+                    .dictionary(8, 1024)
+                    .recent(0),
+            );
         }
         let informer = builder.start().unwrap();
         let (a, log) = Recorder::start();

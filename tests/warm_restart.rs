@@ -36,7 +36,11 @@ fn persisted(server: &ServerHandle, dir: &PathBuf) -> InformerBuilder<ConfigMap>
 fn persisted_as(server: &ServerHandle, dir: &PathBuf, compact: bool) -> InformerBuilder<ConfigMap> {
     let builder = persisted(server, dir);
     if compact {
-        builder.compact_cache(kinformer::CompactOptions::new().dictionary(8, 1024))
+        builder.compact_cache(
+            kinformer::CompactOptions::new()
+                .dictionary(8, 1024)
+                .recent(0),
+        )
     } else {
         builder
     }

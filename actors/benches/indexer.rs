@@ -1,6 +1,8 @@
 //! The Indexer actor's hot path: batches of updates applied to a 10k-object
 //! cache, published, turned into events and handed to 0, 1 or 10 listeners
-//! on credit, until every subscriber has every event.
+//! on credit, until every subscriber has every event; then the same with 1
+//! listener on compact caches (each update's old state compact: 10k objects
+//! round-robin, more than the 1024 recent ones kept decoded).
 //!
 //! Run: `cargo bench -p kinformer-actors --bench indexer`
 
@@ -12,7 +14,7 @@ use actix::prelude::*;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kinformer_actors::delta_fifo::{DeltaQueue, DeltaQueueOptions};
-use kinformer_actors::indexer::{Cache, Indexer, IndexerStats, Process, Subscribe};
+use kinformer_actors::indexer::{Cache, CompactOptions, Indexer, IndexerStats, Process, Subscribe};
 use kinformer_actors::listener::{
     Listener, ListenerOptions, ListenerStats, OverflowPolicy, Target,
 };
@@ -28,8 +30,20 @@ fn object(i: usize, version: u64) -> Arc<ConfigMap> {
             namespace: Some("bench".into()),
             name: Some(format!("cm-{i}")),
             resource_version: Some(version.to_string()),
+            labels: Some([("app".to_owned(), format!("app-{}", i % 50))].into()),
             ..Default::default()
         },
+        // About 1 KB of data, like the end-to-end churn ConfigMaps.
+        data: Some(
+            (0..8)
+                .map(|k| {
+                    (
+                        format!("key-{k}"),
+                        format!("{i:08}-{version:08}-").repeat(6),
+                    )
+                })
+                .collect(),
+        ),
         ..Default::default()
     })
 }
@@ -62,13 +76,30 @@ fn batches(version: u64) -> Vec<Process<ConfigMap>> {
     out
 }
 
+/// The caches compared: decoded, and compact three ways.
+fn cache(name: &str) -> Cache<ConfigMap> {
+    let compact = |o: CompactOptions| Cache::compact_json(o).expect("compact cache");
+    match name {
+        "decoded" => Cache::new(),
+        "compact" => compact(CompactOptions::new()),
+        "compact_inline" => compact(CompactOptions::new().background(false)),
+        "compact_all_recent" => compact(CompactOptions::new().recent(2 * OBJECTS)),
+        _ => unreachable!("{name}"),
+    }
+}
+
 fn bench_indexer(c: &mut Criterion) {
     let mut group = c.benchmark_group("indexer_10k_updates_batches_256");
     group.throughput(Throughput::Elements(OBJECTS as u64));
-    for listeners in [0usize, 1, 10] {
+    let runs = [0usize, 1, 10]
+        .map(|n| (n, "decoded"))
+        .into_iter()
+        .chain(["compact", "compact_inline", "compact_all_recent"].map(|c| (1, c)));
+    for (listeners, cache_name) in runs {
         let sys = System::new();
         let (indexer, counts) = sys.block_on(async move {
-            let indexer = Indexer::new(Cache::new(), Arc::new(IndexerStats::default())).start();
+            let indexer =
+                Indexer::new(cache(cache_name), Arc::new(IndexerStats::default())).start();
             for p in batches(1) {
                 indexer.send(p).await.expect("indexer");
             }
@@ -102,7 +133,11 @@ fn bench_indexer(c: &mut Criterion) {
             (indexer, counts)
         });
         let mut version = 1;
-        group.bench_function(format!("{listeners}_listeners"), |b| {
+        let label = match cache_name {
+            "decoded" => format!("{listeners}_listeners"),
+            other => format!("{listeners}_listeners_{other}"),
+        };
+        group.bench_function(label, |b| {
             b.iter_custom(|iters| {
                 let indexer = indexer.clone();
                 let counts = counts.clone();

@@ -52,6 +52,10 @@ pub struct Variant {
     /// kinformer's cache: decoded (`false`) or compact (`compact_cache`).
     #[serde(default)]
     pub compact: bool,
+    /// A compact cache's `CompactOptions::recent` (objects kept decoded);
+    /// `None`: the default.
+    #[serde(default)]
+    pub compact_recent: Option<usize>,
     /// kinformer only: an index `bucket` (the object's number / 1000, so
     /// 1000 objects per value), and after the sync a read probe: `get` of
     /// 1000 keys and `by_index` of one bucket, timed.
@@ -81,6 +85,7 @@ impl Variant {
         delivery: Delivery::Each,
         metadata: false,
         compact: false,
+        compact_recent: None,
         indexed: false,
     };
     /// kube-runtime with defaults.
@@ -91,6 +96,7 @@ impl Variant {
         delivery: Delivery::Each,
         metadata: false,
         compact: false,
+        compact_recent: None,
         indexed: false,
     };
 
@@ -125,6 +131,12 @@ impl Variant {
         self
     }
 
+    /// The same with a compact cache keeping `recent` objects decoded.
+    pub const fn compact_recent(mut self, recent: usize) -> Self {
+        self.compact_recent = Some(recent);
+        self.compact()
+    }
+
     /// The same indexed and read-probed (see `indexed`).
     pub const fn indexed(mut self) -> Self {
         self.indexed = true;
@@ -149,7 +161,9 @@ impl Variant {
         if self.metadata {
             s.push_str(" (metadata only)");
         }
-        if self.compact {
+        if let (true, Some(n)) = (self.compact, self.compact_recent) {
+            s.push_str(&format!(" (compact cache, {n} kept decoded)"));
+        } else if self.compact {
             s.push_str(" (compact cache)");
         } else if self.indexed {
             s.push_str(" (indexed)");

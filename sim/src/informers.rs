@@ -120,6 +120,8 @@ impl InformerProbe {
             high_watermark: 16_384,
             reflector_thread: false,
             compact_cache: false,
+            compact_recent: 0,
+            compact_background: true,
         });
         let (name, selection) = match slot {
             InformerSlot::All => ("all", Selection::default()),
@@ -164,7 +166,11 @@ impl InformerProbe {
             b = b.persist(&self.snapshots, "sim");
         }
         if engine.compact_cache && slot != InformerSlot::All {
-            b = b.compact_cache(CompactOptions::new().dictionary(8, 1024));
+            let options = CompactOptions::new()
+                .dictionary(8, 1024)
+                .recent(engine.compact_recent)
+                .background(engine.compact_background);
+            b = b.compact_cache(options);
         }
         let informer = b.start()?;
         self.informers.push(Inf {

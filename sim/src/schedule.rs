@@ -294,6 +294,11 @@ pub struct EngineChoice {
     /// The `Tiered` and `Namespaced` informers keep a compact cache (the
     /// `All` one stays decoded, as a reference).
     pub compact_cache: bool,
+    /// A compact cache's objects kept decoded (`CompactOptions::recent`).
+    pub compact_recent: usize,
+    /// A compact cache compresses on a thread of its own
+    /// (`CompactOptions::background`).
+    pub compact_background: bool,
 }
 
 /// The shape of the schedules to generate.
@@ -630,6 +635,8 @@ pub fn generate(seed: u64, profile: Profile) -> Schedule {
         reflector_thread: g.rng.random_ratio(1, 4),
         // From the seed, not the generator: earlier seeds keep their schedules.
         compact_cache: seed % 4 == 1,
+        compact_recent: [0, 2, 1024][(seed / 4 % 3) as usize],
+        compact_background: seed / 12 % 4 != 3,
     };
     let seeded = g.rng.random_range(0..usize::from(profile.names) * 2);
     let mut seed_objects = Vec::new();

@@ -566,9 +566,18 @@ impl Kind {
     /// Starts the informer where this kind of subscriber needs it.
     pub fn start<K: Object + serde::Serialize>(self, builder: InformerBuilder<K>) -> Informer<K> {
         let builder = match self {
-            Kind::CompactActor | Kind::CompactClosure => {
-                builder.compact_cache(kinformer::CompactOptions::new().dictionary(20, 4096))
-            }
+            // Both write-behind: the actor kind compresses every object (none
+            // kept decoded), the closure kind keeps the last 3 decoded.
+            Kind::CompactActor => builder.compact_cache(
+                kinformer::CompactOptions::new()
+                    .dictionary(20, 4096)
+                    .recent(0),
+            ),
+            Kind::CompactClosure => builder.compact_cache(
+                kinformer::CompactOptions::new()
+                    .dictionary(20, 4096)
+                    .recent(3),
+            ),
             _ => builder,
         };
         match self.subscriber() {

@@ -1,17 +1,12 @@
 //! The Indexer actor: applies each batch to the [`Cache`] and publishes it
-//! (`apply`), hands its events to the listeners a chunk at a time
-//! (`distribution`, `outlets`) and runs the resync sweeps (`sweeps`); this
-//! file only performs what those parts decide.
-//!
-//! - A batch is answered (acknowledged to the DeltaFIFO) once every listener
-//!   accepted its events: sent on credit (they fit in the room the listener
-//!   published, [`DeliveryCredit`](crate::listener::DeliveryCredit)), or
-//!   answered once queued. A full `Block` listener holds the pipeline back.
-//! - A new subscriber's listener is handed the cache state whole ([`Replay`],
-//!   O(1), SI-5), so deltas never wait for a late subscriber's replay.
-//! - Sweep chunks go to the listeners' resync lanes ([`DeliverResync`]), one
-//!   in flight per subscriber; each step runs real work first, then sends
-//!   one sweep chunk at most and yields.
+//! (`apply`), hands its events out a chunk at a time (`distribution`,
+//! `outlets`) and runs the resync sweeps (`sweeps`); it only performs what
+//! those parts decide. A batch is answered to the DeltaFIFO once every
+//! listener accepted its events (sent on credit, [`DeliveryCredit`](crate::listener::DeliveryCredit),
+//! or answered once queued): a full `Block` listener holds the pipeline back.
+//! A new listener gets the cache whole ([`Replay`], O(1), SI-5). Sweep chunks
+//! go to resync lanes ([`DeliverResync`]), one in flight per subscriber,
+//! after real work, one per step.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -23,10 +18,10 @@ use kube::Resource;
 use super::cache::Cache;
 use super::distribution::HandOut;
 use super::feed::{FeedOutlet, SnapshotFeed, apply_noted};
-use super::messages::{FifoSynced, ListenerStopped, Process, ResyncDue, Subscribe, Unsubscribe};
+use super::messages::*;
 use super::outlets::{Outlets, send_answered};
 use super::stats::IndexerStats;
-use super::sweeps::{SweepChunk, Sweeps};
+use super::sweeps::{SweepChunk, Sweeps, now};
 use crate::answer::Answer;
 use crate::listener::{CacheSynced, DeliverResync, Replay};
 use crate::subscriber::SubscriberId;
@@ -52,11 +47,6 @@ pub struct Indexer<K: Resource + Send + Sync + 'static> {
     place_timer: bool,
     stats: Arc<IndexerStats>,
     span: tracing::Span,
-}
-
-/// The time sweeps are scheduled in (paused in tests like tokio's).
-fn now() -> std::time::Instant {
-    tokio::time::Instant::now().into_std()
 }
 
 impl<K: Resource + Send + Sync + 'static> Indexer<K> {
@@ -214,6 +204,20 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
 
 impl<K: Resource + Send + Sync + 'static> Actor for Indexer<K> {
     type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let me = ctx.address().downgrade(); // weak: the compactor outlives no actor
+        let wake = move || me.upgrade().into_iter().for_each(|a| a.do_send(Compacted));
+        self.cache.on_compacted(wake);
+    }
+}
+
+impl<K: Resource + Send + Sync + 'static> Handler<Compacted> for Indexer<K> {
+    type Result = ();
+
+    fn handle(&mut self, _: Compacted, _: &mut Context<Self>) {
+        self.cache.publish();
+    }
 }
 
 impl<K: Resource + Send + Sync + 'static> Handler<Process<K>> for Indexer<K> {
@@ -246,9 +250,7 @@ impl<K: Resource + Send + Sync + 'static> Handler<Subscribe<K>> for Indexer<K> {
 
     fn handle(&mut self, msg: Subscribe<K>, _: &mut Context<Self>) {
         let _span = self.span.clone().entered();
-        // The cache as of now: every batch applied so far is in it, and the
-        // listener gets every later one (those being handed out excepted:
-        // their targets were fixed before).
+        // Every batch applied so far; the listener gets every later one.
         if !self.cache.is_empty() {
             msg.listener.do_send(Replay {
                 len: self.cache.len(),

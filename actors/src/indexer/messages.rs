@@ -99,3 +99,10 @@ pub struct ListenerStopped(pub SubscriberId);
 #[derive(Message)]
 #[rtype(result = "Vec<SubscriberId>")]
 pub struct ResyncDue(pub Vec<SubscriberId>);
+
+/// A compact cache's compactor has results ready while the Indexer may be
+/// idle: publishing installs them, so the decoded objects they replace are
+/// freed (sent by the compactor's thread, at most once per batch of results).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Compacted;

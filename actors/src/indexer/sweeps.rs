@@ -26,6 +26,11 @@ use crate::event::{Cause, Event};
 use crate::key::ObjectKey;
 use crate::subscriber::SubscriberId;
 
+/// The time sweeps are scheduled in (paused in tests like tokio's).
+pub(super) fn now() -> std::time::Instant {
+    tokio::time::Instant::now().into_std()
+}
+
 /// Most sweeps making progress at once. Each keeps its listener and its
 /// subscriber busy, and a real change waits for every busy task's turn at
 /// each hop: the p99 of real changes during sweeps fell from a median 3.2×

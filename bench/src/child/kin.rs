@@ -131,7 +131,11 @@ where
         builder = builder.persist(dir, "bench");
     }
     if spec.variant.compact {
-        builder = builder.compact_cache(kinformer::CompactOptions::default());
+        let mut options = kinformer::CompactOptions::default();
+        if let Some(n) = spec.variant.compact_recent {
+            options = options.recent(n);
+        }
+        builder = builder.compact_cache(options);
     }
     if spec.variant.indexed {
         builder = builder.index(BUCKET, |o: &K| {
@@ -286,13 +290,21 @@ impl<K: Object> Under for KinUnder<K> {
             "get_us_p99": pct(&gets, 0.99),
             "by_index_ms_p50": by_index.get(by_index.len() / 2).map(|b| b.0),
             "by_index_objects": by_index.first().map(|b| b.1),
-            "compact": self.informer.stats().compact.map(|c| json!({
+            "compact": self.compact_stats(),
+        })
+    }
+
+    fn compact_stats(&self) -> Value {
+        match self.informer.stats().compact {
+            Some(c) => json!({
                 "bytes": c.bytes,
                 "decoded": c.decoded,
+                "fresh": c.fresh,
                 "decode_errors": c.decode_errors,
                 "dictionary": c.dictionary,
-            })),
-        })
+            }),
+            None => Value::Null,
+        }
     }
 
     async fn persist_counters(&self, timeout: Duration) -> Value {

@@ -67,6 +67,10 @@ pub(crate) trait Under {
     fn read_probe(&self) -> Value {
         Value::Null
     }
+    /// A compact cache's stats (kinformer's compact variants); `Null` otherwise.
+    fn compact_stats(&self) -> Value {
+        Value::Null
+    }
 }
 
 /// When this process started running the child (a restart is timed from it).
@@ -376,6 +380,7 @@ async fn deliver<U: Under>(
         "report",
         json!({
             "persist_begin": persist_begin,
+            "compact": under.compact_stats(),
             "persist_end": persist_end,
             "complete": complete,
             "elapsed_ms": ms(elapsed),

@@ -152,6 +152,9 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
         // new state and decodes the old one).
         Variant::KINFORMER.compact(),
         Variant::KINFORMER.batched().compact(),
+        // Every update's old state decoded (none kept decoded).
+        Variant::KINFORMER.compact_recent(0),
+        Variant::KINFORMER.batched().compact_recent(0),
     ];
     let mut paced: BTreeMap<(usize, String), Vec<Value>> = BTreeMap::new();
     let mut drain: BTreeMap<(usize, String), Vec<Value>> = BTreeMap::new();
@@ -313,15 +316,23 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
                 // Issue 26's bar: against the decoded cache, same delivery.
                 let decoded = drain_median(Variant {
                     compact: false,
+                    compact_recent: None,
                     indexed: false,
                     ..v
                 });
                 if !ds.is_empty() && decoded.is_finite() {
-                    compact_ok &= rate.median * 1.2 >= decoded;
+                    // The bar is the default's; a non-default window is reported.
+                    let judged = v.compact_recent.is_none();
+                    compact_ok &= !judged || rate.median * 1.2 >= decoded;
                     compact_d.push(format!(
-                        "{subs} subscribers, {}: {} of the decoded cache's",
+                        "{subs} subscribers, {}: {} of the decoded cache's{}",
                         v.label(),
-                        ratio(rate.median, decoded)
+                        ratio(rate.median, decoded),
+                        if judged {
+                            ""
+                        } else {
+                            " (reported, not judged)"
+                        }
                     ));
                 }
             } else if kinformer && !ds.is_empty() && !krt_known {
