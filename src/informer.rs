@@ -40,7 +40,7 @@ use kinformer_actors::reflector::WarmStart;
 
 /// A compact cache's DeltaFIFO high watermark, at most (decoded objects
 /// queued before the Reflector waits).
-const COMPACT_HIGH_WATERMARK: usize = 16384;
+const COMPACT_HIGH_WATERMARK: usize = 1024;
 /// A compact cache's initial batches, at most (decoded objects in flight to
 /// the Indexer).
 const COMPACT_INITIAL_BATCH: usize = 512;
