@@ -1000,7 +1000,8 @@ impl<K: Resource + Send + Sync + 'static> Cache<K> {
         let Some(b) = self.behind.as_mut() else {
             return;
         };
-        let learning = b.compaction.dictionary() == DictionaryState::Learning;
+        // Compressed without a dictionary that exists or may come: again later.
+        let may_redo = b.compaction.dictionary() != DictionaryState::Off;
         for d in done {
             match d {
                 Done::Encoded { key, seq, data } => {
@@ -1014,7 +1015,7 @@ impl<K: Resource + Send + Sync + 'static> Cache<K> {
                     c.fresh -= 1;
                     let stored = match data {
                         Ok(data) => {
-                            if learning && !data.has_dictionary() {
+                            if may_redo && !data.has_dictionary() {
                                 b.early.push(key.clone());
                             }
                             let entry = CompactEntry {
@@ -1433,6 +1434,34 @@ mod behind_tests {
         c.settle();
         let b = c.behind.as_ref().unwrap();
         assert_eq!((b.waiting, c.compact_stats().unwrap().fresh), (1, 1));
+    }
+
+    #[test]
+    fn entries_compressed_before_the_dictionary_are_compressed_again_with_it() {
+        let options = CompactOptions::new().dictionary(8, 1024).recent(0);
+        let mut c = Cache::<ConfigMap>::compact_json(options).unwrap();
+        let big = "x".repeat(4000);
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let mut n = 0;
+        while !c.compact_stats().unwrap().dictionary {
+            assert!(std::time::Instant::now() < deadline, "no dictionary");
+            put(&mut c, &format!("k{n}"), &big);
+            n += 1;
+            c.settle();
+            std::thread::yield_now();
+        }
+        // Each publish hands out a slice of them; settle installs it.
+        while !c.behind.as_ref().unwrap().early.is_empty() {
+            assert!(std::time::Instant::now() < deadline, "not compressed again");
+            c.settle();
+        }
+        for i in 0..n {
+            match c.current.items.get(&key(&format!("k{i}"))) {
+                Some(Stored::Compact(e)) => assert!(e.data.has_dictionary(), "k{i}"),
+                _ => panic!("k{i} is not compact"),
+            }
+            assert_eq!(val(&c.get(&key(&format!("k{i}"))).unwrap()), big);
+        }
     }
 
     #[test]
