@@ -244,6 +244,10 @@ impl Registry {
             g("kinformer_objects", s.objects as f64);
             if let Some(compact) = s.compact {
                 g("kinformer_compact_cache_bytes", compact.bytes as f64);
+                g(
+                    "kinformer_compact_cache_decoded_objects",
+                    (compact.fresh + compact.decoded) as f64,
+                );
                 c(
                     "kinformer_compact_cache_decode_errors_total",
                     compact.decode_errors,
@@ -379,6 +383,10 @@ fn describe() {
     describe_gauge!(
         "kinformer_compact_cache_bytes",
         "Bytes a compact cache's entries hold (compressed objects, versions, index values)."
+    );
+    describe_gauge!(
+        "kinformer_compact_cache_decoded_objects",
+        "Objects a compact cache holds decoded: the recent ones, those being compressed, and any that did not encode."
     );
     describe_counter!(
         "kinformer_compact_cache_decode_errors_total",

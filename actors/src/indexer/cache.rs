@@ -31,7 +31,7 @@
 //! what was stored (IDX-13's sharing holds only in the decoded cache). An
 //! object that does not encode is kept decoded, so nothing is lost.
 //!
-//! Compaction is write-behind ([`super::compaction`]): an object is stored
+//! Compaction is write-behind (`super::compaction`): an object is stored
 //! decoded ("fresh", with its index values) and compressed on the
 //! compactor's thread once it is no longer among the `recent` objects
 //! written ([`CompactOptions::recent`]); the result replaces the entry only
@@ -1385,10 +1385,10 @@ mod behind_tests {
         let stats = c.compact_stats().unwrap();
         assert_eq!((stats.fresh, stats.decoded), (4, 0));
         assert!(stats.bytes > 0);
-        for i in 0..20 {
+        for (i, obj) in objs.iter().enumerate() {
             let name = format!("k{i}");
             assert_eq!(is_fresh(&c, &name), i >= 16, "{name}");
-            assert_eq!(*c.get(&key(&name)).unwrap(), *objs[i]);
+            assert_eq!(*c.get(&key(&name)).unwrap(), **obj);
         }
         // A recent object is the stored Arc, not a decoded copy.
         assert!(Arc::ptr_eq(&c.get(&key("k19")).unwrap(), &objs[19]));
