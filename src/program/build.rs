@@ -74,7 +74,8 @@ pub fn start_informer(
         builder = builder.persist(dir, cluster.clone());
     }
     if selection.compact_cache.unwrap_or(engine.compact_cache) {
-        builder = builder.compact_cache(kinformer::CompactOptions::default());
+        let options = kinformer::CompactOptions::default().recent(engine.compact_recent);
+        builder = builder.compact_cache(options);
     }
     builder
         .skip_managed_fields(engine.drop_managed_fields)

@@ -165,6 +165,9 @@ pub struct EngineSettings {
     pub persist: Option<PathBuf>,
     /// Compact caches (`InformerBuilder::compact_cache`; default: off).
     pub compact_cache: bool,
+    /// A compact cache's most recently written objects kept decoded
+    /// (`CompactOptions::recent`).
+    pub compact_recent: usize,
 }
 
 impl Default for EngineSettings {
@@ -184,6 +187,7 @@ impl Default for EngineSettings {
             fifo: FifoSettings::default(),
             persist: None,
             compact_cache: false,
+            compact_recent: kinformer::CompactOptions::default().recent_objects(),
         }
     }
 }
@@ -1036,6 +1040,17 @@ mod tests {
         .unwrap();
         assert_eq!(l.settings.engine.page_size, 7);
         assert_eq!(l.origin("engine.page_size"), FLAGS_ORIGIN);
+    }
+
+    #[test]
+    fn compact_cache_settings_come_from_file_and_environment() {
+        let text = "[engine]\ncompact_cache = true\ncompact_recent = 16\n";
+        let l = load_text(text, &[]).unwrap();
+        assert!(l.settings.engine.compact_cache);
+        assert_eq!(l.settings.engine.compact_recent, 16);
+        let l = load_text(text, &[("KINFORMER__ENGINE__COMPACT_RECENT", "0")]).unwrap();
+        assert_eq!(l.settings.engine.compact_recent, 0);
+        assert!(load_text("[engine]\ncompact_recent = -1\n", &[]).is_err());
     }
 
     #[test]

@@ -80,6 +80,11 @@ impl CompactOptions {
         self
     }
 
+    /// The objects kept decoded ([`recent`](Self::recent)).
+    pub fn recent_objects(&self) -> usize {
+        self.recent
+    }
+
     /// Where objects are compressed: on a thread of the cache's own (`true`,
     /// the default: the Indexer's thread only stores them), or on the
     /// Indexer's thread as they leave the recent objects (`false`: no extra
