@@ -1251,20 +1251,31 @@ mod compact_tests {
         )
     }
 
+    /// Stores objects `k0`, `k1`, ... of `big` until the dictionary (learned
+    /// on another thread) is, calling `step` after each; returns how many.
+    pub(super) fn fill_until_dictionary(
+        c: &mut Cache<ConfigMap>,
+        big: &str,
+        step: impl Fn(&mut Cache<ConfigMap>),
+    ) -> usize {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let mut n = 0;
+        while !c.compact_stats().unwrap().dictionary {
+            assert!(std::time::Instant::now() < deadline, "no dictionary");
+            put(c, &format!("k{n}"), big);
+            n += 1;
+            step(c);
+            std::thread::yield_now();
+        }
+        n
+    }
+
     #[test]
     fn compact_entries_are_smaller_and_counted() {
         let mut c = new_cache();
         let big = "x".repeat(4000);
         // The dictionary is learned from the first 8, on another thread.
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        let mut n = 0;
-        while !c.compact_stats().unwrap().dictionary {
-            assert!(std::time::Instant::now() < deadline, "no dictionary");
-            put(&mut c, &format!("k{n}"), &big);
-            n += 1;
-            c.publish();
-            std::thread::yield_now();
-        }
+        let n = fill_until_dictionary(&mut c, &big, Cache::publish);
         let stats = c.reader().snapshot().compact_stats().unwrap();
         assert_eq!(stats.decoded, 0);
         // Those stored before it were compressed again with it at publish.
@@ -1441,15 +1452,8 @@ mod behind_tests {
         let options = CompactOptions::new().dictionary(8, 1024).recent(0);
         let mut c = Cache::<ConfigMap>::compact_json(options).unwrap();
         let big = "x".repeat(4000);
+        let n = super::compact_tests::fill_until_dictionary(&mut c, &big, Cache::settle);
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        let mut n = 0;
-        while !c.compact_stats().unwrap().dictionary {
-            assert!(std::time::Instant::now() < deadline, "no dictionary");
-            put(&mut c, &format!("k{n}"), &big);
-            n += 1;
-            c.settle();
-            std::thread::yield_now();
-        }
         // Each publish hands out a slice of them; settle installs it.
         while !c.behind.as_ref().unwrap().early.is_empty() {
             assert!(std::time::Instant::now() < deadline, "not compressed again");
