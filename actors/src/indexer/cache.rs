@@ -529,8 +529,9 @@ struct Behind<K> {
     /// Every write number below it left `fresh`.
     dispatched_below: u64,
     /// Live items in `fresh`: fresh entries no job was sent for. At most
-    /// `recent` once the cache dispatched: the most recently written
-    /// objects, each counted once however often it was written.
+    /// `recent` after a publish (a job batch more between publishes): the
+    /// most recently written objects, each counted once however often it
+    /// was written.
     waiting: usize,
     recent: usize,
     /// Keys compressed before the dictionary was learned, to compress again
@@ -936,6 +937,7 @@ impl<K: Resource + Send + Sync + 'static> Cache<K> {
         let Some(b) = self.behind.as_mut() else {
             return;
         };
+        b.compaction.poll();
         let done = b.compaction.take(false);
         self.install(done);
         let Some(b) = self.behind.as_mut() else {
@@ -1276,6 +1278,12 @@ mod compact_tests {
         let big = "x".repeat(4000);
         // The dictionary is learned from the first 8, on another thread.
         let n = fill_until_dictionary(&mut c, &big, Cache::publish);
+        // Those stored before it are compressed again, a slice per publish.
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !c.behind.as_ref().unwrap().early.is_empty() {
+            assert!(std::time::Instant::now() < deadline, "not compressed again");
+            c.publish();
+        }
         let stats = c.reader().snapshot().compact_stats().unwrap();
         assert_eq!(stats.decoded, 0);
         // Those stored before it were compressed again with it at publish.
@@ -1529,10 +1537,21 @@ mod behind_tests {
 
     #[test]
     fn decoded_objects_held_stay_bounded_without_publishing() {
-        let mut c = behind(16);
+        // A slow encoder: without the back-pressure, jobs would pile up.
+        let codec = Codec::new(
+            CompactOptions::new().without_dictionary().recent(16),
+            |o: &ConfigMap| {
+                std::thread::sleep(Duration::from_micros(50));
+                serde_json::to_vec(o).map_err(|e| e.to_string())
+            },
+            |b| serde_json::from_slice(b).map_err(|e| e.to_string()),
+        );
+        let mut c = Cache::compact(codec).unwrap();
         for i in 0..5000 {
             put(&mut c, &format!("k{i}"), "v");
             let fresh = c.compact_stats().unwrap().fresh;
+            let in_flight = c.behind.as_ref().unwrap().compaction.in_flight();
+            assert!(in_flight <= MAX_IN_FLIGHT, "{in_flight} in flight");
             assert!(
                 fresh <= 16 + MAX_IN_FLIGHT + JOB_BATCH,
                 "{fresh} decoded after {i} writes"
@@ -1564,5 +1583,83 @@ mod behind_tests {
         let stats = c.reader().snapshot().compact_stats().unwrap();
         assert_eq!(stats.fresh, 0);
         assert!(stats.bytes > 0);
+        // Taking the results re-armed the wake-up: a second round wakes too.
+        while rx.try_recv().is_ok() {}
+        for i in 10..20 {
+            put(&mut c, &format!("k{i}"), "v");
+        }
+        c.publish();
+        rx.recv_timeout(Duration::from_secs(20))
+            .expect("woken again");
+        c.publish();
+        assert_eq!(c.reader().snapshot().compact_stats().unwrap().fresh, 0);
+    }
+
+    #[test]
+    fn a_dictionary_learned_while_idle_is_noticed_and_used() {
+        let options = CompactOptions::new().dictionary(8, 1024).recent(0);
+        let mut c = Cache::<ConfigMap>::compact_json(options).unwrap();
+        let (tx, rx) = mpsc::channel();
+        c.on_compacted(move || {
+            let _ = tx.send(());
+        });
+        let big = "x".repeat(4000);
+        for i in 0..8 {
+            put(&mut c, &format!("k{i}"), &big);
+        }
+        // The 8th compression starts learning; no write comes after it.
+        c.settle();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let all_with_dictionary = |c: &Cache<ConfigMap>| {
+            (0..8).all(|i| {
+                matches!(c.current.items.get(&key(&format!("k{i}"))),
+                    Some(Stored::Compact(e)) if e.data.has_dictionary())
+            })
+        };
+        while !all_with_dictionary(&c) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "dictionary never used"
+            );
+            let _ = rx.recv_timeout(Duration::from_millis(100));
+            c.publish(); // what the Indexer does on a wake
+        }
+        assert!(c.compact_stats().unwrap().dictionary);
+    }
+
+    #[test]
+    fn removed_and_replaced_entries_ignore_their_results() {
+        for replace in [false, true] {
+            let mut c = behind(0);
+            put(&mut c, "a", "old");
+            let b = c.behind.as_mut().unwrap();
+            let (k, seq) = b.fresh.pop_front().unwrap();
+            b.dispatched_below = seq + 1;
+            b.waiting -= 1;
+            let Some(Stored::Fresh(f)) = c.current.items.get(&k) else {
+                panic!("a is fresh");
+            };
+            let obj = f.obj.clone();
+            let b = c.behind.as_mut().unwrap();
+            b.compaction.submit(vec![Job::Encode { key: k, seq, obj }]);
+            let done = b.compaction.take(true);
+            if replace {
+                c.replace(vec![(key("a"), cm("a", "new"))]);
+            } else {
+                assert!(c.discard(&key("a")));
+            }
+            c.install(done);
+            let stats = c.compact_stats().unwrap();
+            assert_eq!(stats.bytes, 0, "nothing installed");
+            assert_eq!(stats.fresh, usize::from(replace));
+            assert_eq!(c.behind.as_ref().unwrap().waiting, usize::from(replace));
+            c.settle();
+            let stats = c.compact_stats().unwrap();
+            assert_eq!((stats.fresh, stats.decoded), (0, 0));
+            assert_eq!(c.len(), usize::from(replace));
+            if replace {
+                assert_eq!(val(&c.get("a").unwrap()), "new");
+            }
+        }
     }
 }

@@ -276,7 +276,8 @@ impl CompactEntry {
 /// (`learning` is set), the dictionary is learned, or learning is off.
 pub(crate) struct Compactor {
     options: CompactOptions,
-    cctx: CCtx<'static>,
+    /// `None` only in a [`disabled`](Self::disabled) compactor.
+    cctx: Option<CCtx<'static>>,
     dictionary: Option<Arc<Dictionary>>,
     samples: Vec<Vec<u8>>,
     /// The dictionary being learned on another thread.
@@ -296,11 +297,23 @@ impl Compactor {
     pub(crate) fn new(options: CompactOptions) -> Result<Self, CompactError> {
         Ok(Compactor {
             options,
-            cctx: CCtx::try_create().ok_or(CompactError::Zstd("no compression context"))?,
+            cctx: Some(CCtx::try_create().ok_or(CompactError::Zstd("no compression context"))?),
             dictionary: None,
             samples: Vec::new(),
             learning: None,
         })
+    }
+
+    /// A compactor that refuses every object (zstd gave no context): the
+    /// cache then keeps them decoded, counted.
+    pub(crate) fn disabled(options: CompactOptions) -> Self {
+        Compactor {
+            options: options.without_dictionary(),
+            cctx: None,
+            dictionary: None,
+            samples: Vec::new(),
+            learning: None,
+        }
     }
 
     /// Whether the dictionary is learned.
@@ -317,10 +330,14 @@ impl Compactor {
     pub(crate) fn compress(&mut self, json: &[u8]) -> Result<Compressed, CompactError> {
         let raw_len = u32::try_from(json.len()).map_err(|_| CompactError::TooLarge(json.len()))?;
         self.learn(json);
+        let cctx = self
+            .cctx
+            .as_mut()
+            .ok_or(CompactError::Zstd("no compression context"))?;
         let mut out = Vec::with_capacity(zstd_safe::compress_bound(json.len()));
         match &self.dictionary {
-            Some(d) => self.cctx.compress_using_cdict(&mut out, json, &d.compress),
-            None => self.cctx.compress(&mut out, json, self.options.level),
+            Some(d) => cctx.compress_using_cdict(&mut out, json, &d.compress),
+            None => cctx.compress(&mut out, json, self.options.level),
         }
         .map_err(|code| CompactError::Zstd(zstd_safe::get_error_name(code)))?;
         Ok(Compressed {
@@ -339,19 +356,8 @@ impl Compactor {
         if self.dictionary.is_some() || self.options.train_after == 0 {
             return;
         }
-        if let Some(learning) = &self.learning {
-            match learning.try_recv() {
-                Ok(Ok(d)) => {
-                    tracing::debug!("compact cache dictionary learned");
-                    self.dictionary = Some(Arc::new(d));
-                    self.learning = None;
-                }
-                Ok(Err(why)) => self.stop_learning(&why),
-                Err(std::sync::mpsc::TryRecvError::Empty) => {}
-                Err(std::sync::mpsc::TryRecvError::Disconnected) => {
-                    self.stop_learning("the learning thread ended")
-                }
-            }
+        if self.learning.is_some() {
+            self.poll_learning();
             return;
         }
         self.samples.push(json.to_vec());
@@ -369,6 +375,30 @@ impl Compactor {
         match spawned {
             Ok(_) => self.learning = Some(rx),
             Err(e) => self.stop_learning(&e.to_string()),
+        }
+    }
+
+    /// Whether a dictionary is being learned on its thread right now.
+    pub(crate) fn is_learning(&self) -> bool {
+        self.learning.is_some()
+    }
+
+    /// Takes the dictionary if its thread has finished (or learning failed).
+    pub(crate) fn poll_learning(&mut self) {
+        let Some(learning) = &self.learning else {
+            return;
+        };
+        match learning.try_recv() {
+            Ok(Ok(d)) => {
+                tracing::debug!("compact cache dictionary learned");
+                self.dictionary = Some(Arc::new(d));
+                self.learning = None;
+            }
+            Ok(Err(why)) => self.stop_learning(&why),
+            Err(std::sync::mpsc::TryRecvError::Empty) => {}
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                self.stop_learning("the learning thread ended")
+            }
         }
     }
 

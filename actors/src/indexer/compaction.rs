@@ -66,6 +66,9 @@ impl DictionaryState {
     }
 }
 
+/// How often an idle compactor thread looks for a dictionary being learned.
+const LEARNING_POLL: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// A callback run when results are ready while the cache is idle.
 type Waker = Box<dyn Fn() + Send>;
 
@@ -139,7 +142,30 @@ impl<K: Send + Sync + 'static> Compaction<K> {
                 .name("kinformer-compactor".into())
                 .spawn(move || {
                     // Ends when the cache (the jobs' sender) is dropped.
-                    while let Ok(batch) = job_rx.recv() {
+                    loop {
+                        // While a dictionary is learned, wake up to take it
+                        // even with no job: the entries compressed without it
+                        // are compressed again once the cache hears of it.
+                        let batch = if compactor.is_learning() {
+                            match job_rx.recv_timeout(LEARNING_POLL) {
+                                Ok(batch) => batch,
+                                Err(mpsc::RecvTimeoutError::Timeout) => {
+                                    compactor.poll_learning();
+                                    if !compactor.is_learning() {
+                                        thread_shared
+                                            .set_dictionary(DictionaryState::of(&compactor));
+                                        thread_shared.wake();
+                                    }
+                                    continue;
+                                }
+                                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                            }
+                        } else {
+                            match job_rx.recv() {
+                                Ok(batch) => batch,
+                                Err(_) => break,
+                            }
+                        };
                         let out: Vec<Done> = batch
                             .into_iter()
                             .map(|job| run(encode, &mut compactor, job))
@@ -177,6 +203,17 @@ impl<K: Send + Sync + 'static> Compaction<K> {
     /// Jobs submitted whose results were not taken yet.
     pub(crate) fn in_flight(&self) -> usize {
         self.in_flight
+    }
+
+    /// Takes a dictionary learned meanwhile, for jobs run in place (the
+    /// compactor's thread does it itself).
+    pub(crate) fn poll(&mut self) {
+        if let Runner::Inline { compactor, .. } = &mut self.runner
+            && compactor.is_learning()
+        {
+            compactor.poll_learning();
+            self.shared.set_dictionary(DictionaryState::of(compactor));
+        }
     }
 
     /// The dictionary's state as of the last job run.
@@ -222,9 +259,14 @@ impl<K: Send + Sync + 'static> Compaction<K> {
     }
 
     /// The results ready; with `wait`, blocks for at least one batch while
-    /// any job is in flight.
+    /// any job is in flight. Without `wait`, re-arms the wake-up: a swap,
+    /// so that either this call sees a result sent before it, or the thread
+    /// sees the flag cleared and wakes the cache (a waiting call is always
+    /// followed by one without).
     pub(crate) fn take(&mut self, wait: bool) -> Vec<Done> {
-        self.shared.woken.store(false, Ordering::Release);
+        if !wait {
+            self.shared.woken.swap(false, Ordering::AcqRel);
+        }
         let out = match &mut self.runner {
             Runner::Inline { done, .. } => std::mem::take(done),
             Runner::Thread { done, .. } => {
@@ -253,17 +295,33 @@ impl<K: Send + Sync + 'static> Compaction<K> {
     /// place.
     fn fall_back_inline(&mut self, jobs: Vec<Job<K>>) {
         tracing::error!("compact cache: the compactor thread is gone; compressing in place");
-        self.in_flight = 0;
+        // Results it sent before it ended are kept.
+        let mut sent = Vec::new();
+        if let Runner::Thread { done, .. } = &self.runner {
+            while let Ok(batch) = done.try_recv() {
+                sent.extend(batch);
+            }
+        }
+        self.in_flight = sent.len();
         match Compactor::new(self.options) {
             Ok(c) => {
                 self.runner = Runner::Inline {
                     encode: self.encode,
                     compactor: Box::new(c),
-                    done: Vec::new(),
+                    done: sent,
                 };
                 self.submit(jobs);
             }
-            Err(e) => tracing::error!(error = %e, "compact cache: objects stay decoded"),
+            Err(e) => {
+                // No compactor at all: the objects stay decoded (correct,
+                // larger); later jobs are dropped the same way, unlogged.
+                tracing::error!(error = %e, "compact cache: objects stay decoded");
+                self.runner = Runner::Inline {
+                    encode: self.encode,
+                    compactor: Box::new(Compactor::disabled(self.options)),
+                    done: sent,
+                };
+            }
         }
     }
 }
