@@ -1386,6 +1386,22 @@ mod behind_tests {
         Cache::compact_json(CompactOptions::new().recent(recent)).unwrap()
     }
 
+    /// Dispatches the oldest fresh entry as the cache would, and waits for
+    /// its result without installing it.
+    fn run_oldest_job(c: &mut Cache<ConfigMap>) -> Vec<Done> {
+        let b = c.behind.as_mut().unwrap();
+        let (key, seq) = b.fresh.pop_front().unwrap();
+        b.dispatched_below = seq + 1;
+        b.waiting -= 1;
+        let Some(Stored::Fresh(f)) = c.current.items.get(&key) else {
+            panic!("{key} is not fresh");
+        };
+        let obj = f.obj.clone();
+        let b = c.behind.as_mut().unwrap();
+        b.compaction.submit(vec![Job::Encode { key, seq, obj }]);
+        b.compaction.take(true)
+    }
+
     fn is_fresh(c: &Cache<ConfigMap>, name: &str) -> bool {
         matches!(c.current.items.get(&key(name)), Some(Stored::Fresh(_)))
     }
@@ -1491,15 +1507,7 @@ mod behind_tests {
         c.add_index("by_val", by_val()).unwrap();
         put(&mut c, "a", "old");
         // The job for "old" runs; its result comes back after "new" is written.
-        let b = c.behind.as_mut().unwrap();
-        let (k, seq) = b.fresh.pop_front().unwrap();
-        let Some(Stored::Fresh(f)) = c.current.items.get(&k) else {
-            panic!("a is fresh");
-        };
-        let obj = f.obj.clone();
-        let b = c.behind.as_mut().unwrap();
-        b.compaction.submit(vec![Job::Encode { key: k, seq, obj }]);
-        let done = b.compaction.take(true);
+        let done = run_oldest_job(&mut c);
         assert_eq!(done.len(), 1);
         put(&mut c, "a", "new");
         c.install(done);
@@ -1632,17 +1640,7 @@ mod behind_tests {
         for replace in [false, true] {
             let mut c = behind(0);
             put(&mut c, "a", "old");
-            let b = c.behind.as_mut().unwrap();
-            let (k, seq) = b.fresh.pop_front().unwrap();
-            b.dispatched_below = seq + 1;
-            b.waiting -= 1;
-            let Some(Stored::Fresh(f)) = c.current.items.get(&k) else {
-                panic!("a is fresh");
-            };
-            let obj = f.obj.clone();
-            let b = c.behind.as_mut().unwrap();
-            b.compaction.submit(vec![Job::Encode { key: k, seq, obj }]);
-            let done = b.compaction.take(true);
+            let done = run_oldest_job(&mut c);
             if replace {
                 c.replace(vec![(key("a"), cm("a", "new"))]);
             } else {
