@@ -949,7 +949,10 @@ impl<K: Resource + Send + Sync + 'static> Cache<K> {
         } else {
             JOB_BATCH
         };
-        if over >= min {
+        // Jobs handed out (or waited for) here: their results may be ready
+        // before this returns (always, in place). Most writes hand out none.
+        let mut handed = over >= min;
+        if handed {
             let mut jobs = Vec::with_capacity(over.min(JOB_BATCH));
             while over > 0
                 && let Some((key, seq)) = b.fresh.pop_front()
@@ -979,18 +982,22 @@ impl<K: Resource + Send + Sync + 'static> Cache<K> {
             );
         }
         if publishing {
-            self.recompress_early();
+            handed |= self.recompress_early();
         }
         while self
             .behind
             .as_ref()
             .is_some_and(|b| b.compaction.in_flight() > MAX_IN_FLIGHT)
         {
+            handed = true;
             let done = self.behind.as_mut().map(|b| b.compaction.take(true));
             self.install(done.unwrap_or_default());
         }
-        let installed = self.behind.as_mut().map(|b| b.compaction.take(false));
-        self.install(installed.unwrap_or_default());
+        // Also re-arms the wake-up after a waiting take.
+        if handed {
+            let installed = self.behind.as_mut().map(|b| b.compaction.take(false));
+            self.install(installed.unwrap_or_default());
+        }
         if let Some(b) = &self.behind {
             self.current.compact.dictionary = b.compaction.dictionary() == DictionaryState::Learned;
         }
@@ -1064,17 +1071,17 @@ impl<K: Resource + Send + Sync + 'static> Cache<K> {
     /// Once the dictionary is learned, hands out up to
     /// [`RECOMPRESS_PER_PUBLISH`] of the entries compressed before it to be
     /// compressed again (a Pod shrinks from about 1.9 KB to 0.25 KB).
-    /// Learning given up: forgets them.
-    fn recompress_early(&mut self) {
+    /// Learning given up: forgets them. Whether it handed any out.
+    fn recompress_early(&mut self) -> bool {
         let Some(b) = self.behind.as_mut() else {
-            return;
+            return false;
         };
         match b.compaction.dictionary() {
-            _ if b.early.is_empty() => return,
-            DictionaryState::Learning => return,
+            _ if b.early.is_empty() => return false,
+            DictionaryState::Learning => return false,
             DictionaryState::Off => {
                 b.early = Vec::new();
-                return;
+                return false;
             }
             DictionaryState::Learned => {}
         }
@@ -1089,11 +1096,13 @@ impl<K: Resource + Send + Sync + 'static> Cache<K> {
                 }),
                 _ => None,
             })
-            .collect();
+            .collect::<Vec<_>>();
+        let handed = !jobs.is_empty();
         b.compaction.submit(jobs);
         if b.early.is_empty() {
             b.early = Vec::new();
         }
+        handed
     }
 
     /// Waits until nothing beyond the recent objects is left to compress
