@@ -273,15 +273,20 @@ impl<K: Send + Sync + 'static> Compaction<K> {
                 let mut out = Vec::new();
                 if wait && self.in_flight > 0 {
                     match done.recv() {
-                        Ok(batch) => out.extend(batch),
+                        Ok(batch) => out = batch,
                         Err(_) => {
                             self.fall_back_inline(Vec::new());
                             return Vec::new();
                         }
                     }
                 }
+                // Most takes find one batch: it is handed on as it came.
                 while let Ok(batch) = done.try_recv() {
-                    out.extend(batch);
+                    if out.is_empty() {
+                        out = batch;
+                    } else {
+                        out.extend(batch);
+                    }
                 }
                 out
             }
