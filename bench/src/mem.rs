@@ -14,9 +14,27 @@ use std::time::Duration;
 
 use cap::Cap;
 
+/// The allocator under the counting one: the system's, or mimalloc with
+/// the `mimalloc` feature (for every process of the run alike).
+#[cfg(not(feature = "mimalloc"))]
+type Under = std::alloc::System;
+#[cfg(not(feature = "mimalloc"))]
+const UNDER: Under = std::alloc::System;
+#[cfg(feature = "mimalloc")]
+type Under = mimalloc::MiMalloc;
+#[cfg(feature = "mimalloc")]
+const UNDER: Under = mimalloc::MiMalloc;
+
 /// The counting global allocator of the benchmark binary.
 #[global_allocator]
-pub static ALLOC: Cap<std::alloc::System> = Cap::new(std::alloc::System, usize::MAX);
+pub static ALLOC: Cap<Under> = Cap::new(UNDER, usize::MAX);
+
+/// The allocator under the counting one, for reports.
+pub const ALLOCATOR: &str = if cfg!(feature = "mimalloc") {
+    "mimalloc"
+} else {
+    "the system allocator (glibc)"
+};
 
 /// Bytes currently allocated on the heap by this process.
 pub fn heap_now() -> usize {

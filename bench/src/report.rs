@@ -115,7 +115,7 @@ pub fn ratio(a: f64, b: f64) -> String {
     }
 }
 
-/// The machine: cores, CPU model, memory.
+/// The machine: cores, CPU model, memory, and the allocator of the run.
 pub fn machine() -> String {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let model = cpuinfo
@@ -131,7 +131,10 @@ pub fn machine() -> String {
         .and_then(|kb| kb.parse::<f64>().ok())
         .map_or(0.0, |kb| kb / 1024.0 / 1024.0);
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    format!("{cores} cores ({model}), {mem_gib:.0} GiB memory, Linux")
+    format!(
+        "{cores} cores ({model}), {mem_gib:.0} GiB memory, Linux, {}",
+        crate::mem::ALLOCATOR
+    )
 }
 
 impl Section {
