@@ -891,8 +891,12 @@ where
 
     /// Subscribes a [`Stream`](futures::Stream) of events, with the same
     /// guarantees as [`Informer::subscribe`]; see [`EventStream`] (an event
-    /// counts as handled once the stream yielded it; dropping the stream
-    /// unsubscribes). Made for tokio code: with an informer on its own
+    /// counts as handled once the consumer polls the stream again; dropping
+    /// the stream unsubscribes). Up to [`SubscribeOptions::pipeline`] events wait in the
+    /// stream's channel, so a consumer on another thread takes them without
+    /// a round trip per event (`pipeline(1)`: one at a time; with
+    /// `Coalesce`, events already in the channel are not merged any more).
+    /// Made for tokio code: with an informer on its own
     /// thread ([`InformerBuilder::start_on_own_thread`]) it needs no actix
     /// runtime, and the stream is `Send`.
     ///
@@ -907,8 +911,12 @@ where
     /// # Ok(()) }
     /// ```
     pub async fn stream(&self, options: SubscribeOptions) -> Result<EventStream<K>, InformerError> {
-        let (subscription, handoffs) = self.subscribe_relayed(Target::Each, options).await?;
-        Ok(EventStream::new(subscription, handoffs))
+        let depth = options.pipeline;
+        let (feed, taken) = kinformer_actors::listener::feed();
+        let subscription = self
+            .subscribe_target(move || Target::Feed { feed, depth }, options)
+            .await?;
+        Ok(EventStream::new(subscription, taken))
     }
 
     /// Like [`Informer::stream`], yielding [`EventBatch`]es of up to
@@ -919,10 +927,11 @@ where
         options: SubscribeOptions,
     ) -> Result<EventStream<K, EventBatch<K>>, InformerError> {
         let max = options.batch_size;
-        let (subscription, handoffs) = self
-            .subscribe_relayed(move |recipient| Target::Batches { recipient, max }, options)
+        let (feed, taken) = kinformer_actors::listener::feed();
+        let subscription = self
+            .subscribe_target(move || Target::FeedBatches { feed, max }, options)
             .await?;
-        Ok(EventStream::new(subscription, handoffs))
+        Ok(EventStream::new(subscription, taken))
     }
 
     /// Subscribes a closure, called with each event in order; the next call

@@ -1,12 +1,13 @@
-//! Handing a listener's notifications to a consumer outside actix (a
-//! `Stream`, a closure's task): a [`Relay`] actor stands in for the
-//! subscriber's actor, and its handler call returns once the consumer took
-//! the notification (or, for closures, handled it).
+//! Handing a listener's notifications to a closure's task outside actix
+//! ([`Informer::subscribe_fn`](crate::Informer::subscribe_fn)): a [`Relay`]
+//! actor stands in for the subscriber's actor, and its handler call returns
+//! once the closure's future finished. (Streams need no actor: the listener
+//! pushes into their feed, `kinformer_actors::listener::feed`.)
 //!
 //! The listener sends the next handler call only when the previous one
-//! returned (`Target::Each`, `Target::Batches`), so at most one [`Handoff`]
-//! waits in the channel at any time: flow control stays the listener's
-//! answers and credits, and `Coalesce` keeps merging everything not yet taken.
+//! returned (`Target::Each`), so at most one [`Handoff`] waits in the
+//! channel at any time: flow control stays the listener's answers and
+//! credits, and `Coalesce` keeps merging everything not yet taken.
 
 use actix::prelude::*;
 use futures::channel::oneshot;

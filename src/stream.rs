@@ -4,9 +4,9 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use futures::Stream;
+use kinformer_actors::listener::FeedReceiver;
 use kinformer_actors::{Event, Object};
 
-use crate::relay::Handoffs;
 use crate::subscription::Subscription;
 
 /// A subscription read as a [`Stream`] of [`Event`]s
@@ -16,10 +16,16 @@ use crate::subscription::Subscription;
 ///
 /// The guarantees of an actor subscriber hold: per-key order, the cache as
 /// `Initial` adds first, then [`Subscription::has_synced`], resyncs at this
-/// subscription's period, and its overflow policy. An item is *handled* once
-/// the stream yielded it: with `Block`, a consumer that stops polling holds
-/// the informer back (nothing is lost); with `Coalesce`, what it has not
-/// taken yet is merged to the latest state per key.
+/// subscription's period, and its overflow policy. An item is *handled*
+/// once the consumer polls the stream again after it (as an actor's handler
+/// call counts once it returned), so [`Subscription::has_synced`] means the
+/// consumer is done with every initial add. Up to a window of items wait in
+/// the stream's channel ([`SubscribeOptions::pipeline`](crate::SubscribeOptions::pipeline)
+/// events for [`Informer::stream`](crate::Informer::stream), one batch for
+/// [`Informer::stream_batches`](crate::Informer::stream_batches)): with
+/// `Block`, a consumer that stops polling holds the informer back beyond it
+/// (nothing is lost); with `Coalesce`, what is not in the window yet is
+/// merged to the latest state per key.
 ///
 /// Dropping the stream unsubscribes. It is `Send`: consume it in a spawned
 /// task. It ends (`None`) only when the subscription ended another way: an
@@ -28,15 +34,12 @@ use crate::subscription::Subscription;
 /// state and counters; clone that handle to watch them from elsewhere.
 pub struct EventStream<K: Object, T = Event<K>> {
     subscription: Subscription<K>,
-    handoffs: Handoffs<T>,
+    feed: FeedReceiver<T>,
 }
 
 impl<K: Object, T> EventStream<K, T> {
-    pub(crate) fn new(subscription: Subscription<K>, handoffs: Handoffs<T>) -> Self {
-        EventStream {
-            subscription,
-            handoffs,
-        }
+    pub(crate) fn new(subscription: Subscription<K>, feed: FeedReceiver<T>) -> Self {
+        EventStream { subscription, feed }
     }
 
     /// The subscription behind this stream: its sync state, counters and resync period.
@@ -66,21 +69,15 @@ impl<K: Object, T> Stream for EventStream<K, T> {
     type Item = T;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
-        Poll::Ready(
-            std::task::ready!(self.handoffs.poll_recv(cx)).map(|handoff| {
-                // Taken: the handler call that carried it returns.
-                let _ = handoff.done.send(());
-                handoff.message
-            }),
-        )
+        // Taken: the listener's call that carried it is answered.
+        self.feed.poll_recv(cx)
     }
 }
 
 impl<K: Object, T> Drop for EventStream<K, T> {
     fn drop(&mut self) {
-        // Before the hand-off in progress is dropped (below, with the
-        // fields): the Indexer forgets this subscriber as unsubscribed, not
-        // lost.
+        // Before the feed is dropped (below, with the fields): the Indexer
+        // forgets this subscriber as unsubscribed, not lost.
         self.subscription.unsubscribe_now();
     }
 }

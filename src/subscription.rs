@@ -43,7 +43,8 @@ pub struct SubscribeOptions {
     /// Most events per [`EventBatch`](crate::EventBatch) ([`Informer::subscribe_batches`](crate::Informer::subscribe_batches) only).
     pub batch_size: usize,
     /// Most events in the subscriber's mailbox at once
-    /// ([`Informer::subscribe_pipelined`](crate::Informer::subscribe_pipelined) only).
+    /// ([`Informer::subscribe_pipelined`](crate::Informer::subscribe_pipelined)),
+    /// or in a stream's channel ([`Informer::stream`](crate::Informer::stream)).
     pub pipeline: usize,
 }
 
@@ -89,8 +90,8 @@ impl SubscribeOptions {
         self
     }
 
-    /// Most events sent to a pipelined subscriber and not yet handled (at
-    /// least 1). Deeper means fewer wake-ups per event; events already sent
+    /// Most events sent to a pipelined subscriber or an event stream and
+    /// not yet handled (at least 1). Deeper means fewer wake-ups per event; events already sent
     /// are no longer merged by `Coalesce` nor dropped by an unsubscribe.
     pub fn pipeline(mut self, depth: usize) -> Self {
         self.pipeline = depth.max(1);

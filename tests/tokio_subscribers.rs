@@ -47,6 +47,11 @@ async fn a_dropped_stream_unsubscribes() {
         for _ in 0..20 {
             stream.next().await.expect("an initial add");
         }
+        // Asking for more is what counts the last one as handled.
+        assert!(
+            futures::FutureExt::now_or_never(stream.next()).is_none(),
+            "nothing beyond the 20 initial adds"
+        );
         stream
     });
     let stream = consumer.await.unwrap();

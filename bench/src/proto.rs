@@ -61,6 +61,12 @@ pub struct Variant {
     /// 1000 keys and `by_index` of one bucket, timed.
     #[serde(default)]
     pub indexed: bool,
+    /// kinformer only: the informer on its own thread
+    /// (`start_on_own_thread`), each subscriber an `EventStream` (`stream`,
+    /// or `stream_batches` when batched) read by a task of a 2-worker tokio
+    /// runtime, as kube-runtime's subscribers are.
+    #[serde(default)]
+    pub tokio_streams: bool,
 }
 
 /// The kinformer subscription call under test: one variant at a time.
@@ -87,6 +93,7 @@ impl Variant {
         compact: false,
         compact_recent: None,
         indexed: false,
+        tokio_streams: false,
     };
     /// kube-runtime with defaults.
     pub const KUBE_RUNTIME: Variant = Variant {
@@ -98,6 +105,7 @@ impl Variant {
         compact: false,
         compact_recent: None,
         indexed: false,
+        tokio_streams: false,
     };
 
     /// The same with streaming lists.
@@ -137,6 +145,13 @@ impl Variant {
         self.compact()
     }
 
+    /// The same with subscribers as streams read on tokio workers (see
+    /// `tokio_streams`).
+    pub const fn tokio_streams(mut self) -> Self {
+        self.tokio_streams = true;
+        self
+    }
+
     /// The same indexed and read-probed (see `indexed`).
     pub const fn indexed(mut self) -> Self {
         self.indexed = true;
@@ -167,6 +182,9 @@ impl Variant {
             s.push_str(" (compact cache)");
         } else if self.indexed {
             s.push_str(" (indexed)");
+        }
+        if self.tokio_streams {
+            s.push_str(" (streams on 2 tokio workers)");
         }
         match self.delivery {
             Delivery::Each => {}

@@ -8,6 +8,7 @@
 //! - [`window`]: how much goes per handler call and may be in flight ([`Window`]).
 //! - [`delivery`]: its state machine over those, with the held answers ([`Delivery`]).
 //! - [`credit`]: what the Indexer may send it unanswered ([`DeliveryCredit`]).
+//! - [`feed`]: a subscriber outside actix, read from a channel ([`feed()`]).
 //! - [`options`], [`stats`]: what a subscription asks of it, its counters.
 //! - [`actor`]: the actor that owns them ([`Listener`]).
 //! - [`messages`]: what the actor takes ([`Deliver`], [`Replay`],
@@ -16,6 +17,7 @@
 pub mod actor;
 pub mod credit;
 pub mod delivery;
+pub mod feed;
 #[cfg(test)]
 mod fixtures;
 pub mod lane;
@@ -32,6 +34,7 @@ pub mod window;
 pub use actor::Listener;
 pub use credit::{CreditLine, DeliveryCredit, UNANSWERED_MAX};
 pub use delivery::{Answers, Delivery, Due, Sent, When};
+pub use feed::{FeedReceiver, FeedSender, Taken, feed};
 pub use lane::ResyncLane;
 pub use messages::{
     CacheSynced, Deliver, DeliverResync, ListenerGone, RESYNC_HOLD_MAX, RESYNC_LANE_LOW, Replay,

@@ -3,6 +3,7 @@
 
 use actix::prelude::*;
 
+use super::feed::FeedSender;
 use super::queue::OverflowPolicy;
 use crate::event::{Event, EventBatch};
 
@@ -37,6 +38,22 @@ pub enum Target<K: Send + Sync + 'static> {
     Batches {
         /// The subscriber.
         recipient: Recipient<EventBatch<K>>,
+        /// Most events in one batch (at least 1).
+        max: usize,
+    },
+    /// One [`Event`] per call into a feed read outside actix, up to `depth`
+    /// of them pushed and not yet taken; a call is handled once taken.
+    Feed {
+        /// The feed's listener end.
+        feed: FeedSender<Event<K>>,
+        /// Most events pushed and not yet taken (at least 1).
+        depth: usize,
+    },
+    /// [`EventBatch`]es of up to `max` events per call into a feed read
+    /// outside actix; a batch is handled once taken.
+    FeedBatches {
+        /// The feed's listener end.
+        feed: FeedSender<EventBatch<K>>,
         /// Most events in one batch (at least 1).
         max: usize,
     },

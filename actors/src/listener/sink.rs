@@ -9,15 +9,21 @@ use std::task::{self, Poll, ready};
 use actix::dev::RecipientRequest;
 use actix::prelude::*;
 
+use futures::future::Either;
+
 use super::delivery::{Delivery, Sent};
+use super::feed::{FeedSender, Taken};
 use super::options::Target;
 use super::window::CallShape;
 use crate::event::{Event, EventBatch};
 
-/// The subscriber's actor, taking events one per call or in batches.
+/// The subscriber's actor, taking events one per call or in batches, or a
+/// feed read outside actix, the same two ways.
 pub(super) enum Sink<K: Send + Sync + 'static> {
     Events(Recipient<Event<K>>),
     Batches(Recipient<EventBatch<K>>),
+    EventFeed(FeedSender<Event<K>>),
+    BatchFeed(FeedSender<EventBatch<K>>),
 }
 
 /// A handler call in flight: its answer, and what it carried.
@@ -26,9 +32,10 @@ pub(super) struct Call<K: Send + Sync + 'static> {
     sent: Sent,
 }
 
-/// The answer of one handler call: a single notification or a batch.
+/// The answer of one handler call: a single notification or a batch, from
+/// an actor or a feed.
 type Request<K> =
-    futures::future::Either<RecipientRequest<Event<K>>, RecipientRequest<EventBatch<K>>>;
+    Either<Either<RecipientRequest<Event<K>>, RecipientRequest<EventBatch<K>>>, Taken>;
 
 impl<K: Send + Sync + 'static> Sink<K> {
     /// The sink of `target`, and the shape of its calls.
@@ -40,6 +47,10 @@ impl<K: Send + Sync + 'static> Sink<K> {
             }
             Target::Batches { recipient, max } => {
                 (Sink::Batches(recipient), CallShape::Batches { max })
+            }
+            Target::Feed { feed, depth } => (Sink::EventFeed(feed), CallShape::Events { depth }),
+            Target::FeedBatches { feed, max } => {
+                (Sink::BatchFeed(feed), CallShape::Batches { max })
             }
         }
     }
@@ -57,18 +68,29 @@ impl<K: Send + Sync + 'static> Sink<K> {
                         recipient.do_send(earlier);
                     }
                 })?;
-                (
-                    futures::future::Either::Left(send_now(recipient, last?)),
-                    sent,
-                )
+                (Either::Left(Either::Left(send_now(recipient, last?))), sent)
             }
             Sink::Batches(recipient) => {
                 let mut batch = Vec::with_capacity(delivery.next_call_len());
                 let sent = delivery.next_call(|event| batch.push(event))?;
                 (
-                    futures::future::Either::Right(send_now(recipient, EventBatch(batch))),
+                    Either::Left(Either::Right(send_now(recipient, EventBatch(batch)))),
                     sent,
                 )
+            }
+            Sink::EventFeed(feed) => {
+                let mut last = None;
+                let sent = delivery.next_call(|event| {
+                    if let Some(earlier) = last.replace(event) {
+                        feed.push(earlier);
+                    }
+                })?;
+                (Either::Right(feed.call(last?)), sent)
+            }
+            Sink::BatchFeed(feed) => {
+                let mut batch = Vec::with_capacity(delivery.next_call_len());
+                let sent = delivery.next_call(|event| batch.push(event))?;
+                (Either::Right(feed.call(EventBatch(batch))), sent)
             }
         };
         Some(Call {

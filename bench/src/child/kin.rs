@@ -50,42 +50,7 @@ impl<K: Object> Handler<EventBatch<K>> for Recorder {
 
 impl Recorder {
     fn record<K: Object>(&self, event: &Event<K>) {
-        let p = &self.probe;
-        match event {
-            Event::Added {
-                cause: Cause::Initial | Cause::Restored,
-                ..
-            } => {
-                p.initial.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
-            Event::Added {
-                object,
-                cause: Cause::Watch,
-                ..
-            }
-            | Event::Updated {
-                new: object,
-                cause: Cause::Watch,
-                ..
-            } => p.watch_update(object.meta().annotations.as_ref()),
-            Event::Updated {
-                key,
-                cause: Cause::Resync,
-                ..
-            }
-            | Event::Added {
-                key,
-                cause: Cause::Resync,
-                ..
-            } => p.resync(seed_index(key.name())),
-            Event::Added { .. } | Event::Updated { .. } => p.count(&p.relisted),
-            Event::Deleted { object, .. } => {
-                p.count(&p.deleted);
-                if object.is_final_state_unknown() {
-                    p.count(&p.tombstones);
-                }
-            }
-        }
+        record(&self.probe, event);
     }
 
     fn maybe_stall(&mut self, ctx: &mut Context<Self>) {
@@ -96,6 +61,45 @@ impl Recorder {
             self.stalled = true;
             tracing::info!(?stall, "subscriber stalls");
             ctx.wait(tokio::time::sleep(Duration::from_millis(stall.for_ms)).into_actor(self));
+        }
+    }
+}
+
+/// Records `event` into `p`: what every kinformer subscriber does.
+fn record<K: Object>(p: &Probe, event: &Event<K>) {
+    match event {
+        Event::Added {
+            cause: Cause::Initial | Cause::Restored,
+            ..
+        } => {
+            p.initial.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Event::Added {
+            object,
+            cause: Cause::Watch,
+            ..
+        }
+        | Event::Updated {
+            new: object,
+            cause: Cause::Watch,
+            ..
+        } => p.watch_update(object.meta().annotations.as_ref()),
+        Event::Updated {
+            key,
+            cause: Cause::Resync,
+            ..
+        }
+        | Event::Added {
+            key,
+            cause: Cause::Resync,
+            ..
+        } => p.resync(seed_index(key.name())),
+        Event::Added { .. } | Event::Updated { .. } => p.count(&p.relisted),
+        Event::Deleted { object, .. } => {
+            p.count(&p.deleted);
+            if object.is_final_state_unknown() {
+                p.count(&p.tombstones);
+            }
         }
     }
 }
@@ -146,7 +150,11 @@ where
                 .collect())
         });
     }
-    let informer = builder.start()?;
+    let informer = if spec.variant.tokio_streams {
+        builder.start_on_own_thread()?
+    } else {
+        builder.start()?
+    };
     let mut subs = Vec::new();
     let mut probes = Vec::new();
     for s in &spec.subscribers {
@@ -155,12 +163,6 @@ where
             // A restart counts what it notifies beyond the initial adds from the start.
             probe.begin();
         }
-        let actor = Recorder {
-            probe: probe.clone(),
-            stall: s.stall,
-            stalled: false,
-        }
-        .start();
         let options = SubscribeOptions::default()
             .resync(Duration::from_secs(s.resync_secs))
             .policy(match s.policy {
@@ -168,6 +170,26 @@ where
                 Policy::Coalesce => OverflowPolicy::Coalesce,
             })
             .capacity(spec.capacity);
+        if spec.variant.tokio_streams {
+            subs.push(
+                read_on_tokio(
+                    &informer,
+                    spec.variant.delivery,
+                    options,
+                    s.stall,
+                    probe.clone(),
+                )
+                .await?,
+            );
+            probes.push(probe);
+            continue;
+        }
+        let actor = Recorder {
+            probe: probe.clone(),
+            stall: s.stall,
+            stalled: false,
+        }
+        .start();
         subs.push(match spec.variant.delivery {
             Delivery::Batched => {
                 informer
@@ -183,6 +205,56 @@ where
         informer,
         subs,
         probes,
+    })
+}
+
+/// Subscribes a stream (a batch stream when batched) read by a task of the
+/// current (multi-thread) tokio runtime, recording into `probe`; a stall
+/// sleeps in that task.
+async fn read_on_tokio<K: Object>(
+    informer: &Informer<K>,
+    delivery: Delivery,
+    options: SubscribeOptions,
+    stall: Option<Stall>,
+    probe: Arc<Probe>,
+) -> anyhow::Result<Subscription<K>> {
+    use futures::StreamExt;
+    let stalls = async move |probe: &Probe, stalled: &mut bool| {
+        if let (Some(stall), false, Some(began)) = (stall, *stalled, probe.began())
+            && began.elapsed() >= Duration::from_millis(stall.after_ms)
+        {
+            *stalled = true;
+            tracing::info!(?stall, "subscriber stalls");
+            tokio::time::sleep(Duration::from_millis(stall.for_ms)).await;
+        }
+    };
+    Ok(match delivery {
+        Delivery::Batched => {
+            let mut stream = informer.stream_batches(options).await?;
+            let sub = stream.subscription().clone();
+            tokio::spawn(async move {
+                let mut stalled = false;
+                while let Some(batch) = stream.next().await {
+                    for event in &batch.0 {
+                        record(&probe, event);
+                    }
+                    stalls(&probe, &mut stalled).await;
+                }
+            });
+            sub
+        }
+        Delivery::Each | Delivery::Pipelined => {
+            let mut stream = informer.stream(options).await?;
+            let sub = stream.subscription().clone();
+            tokio::spawn(async move {
+                let mut stalled = false;
+                while let Some(event) = stream.next().await {
+                    record(&probe, &event);
+                    stalls(&probe, &mut stalled).await;
+                }
+            });
+            sub
+        }
     })
 }
 

@@ -91,7 +91,8 @@ pub fn emit(event: &str, data: Value) {
 /// Runs the child described by `spec`; errors are reported to the parent too.
 pub fn run(spec: ChildSpec) -> anyhow::Result<()> {
     PROCESS_START.get_or_init(Instant::now);
-    let spec_lib = spec.variant.lib;
+    // Streams on tokio workers: the runtime kube-runtime's subscribers get.
+    let multi_thread = spec.variant.lib == Lib::KubeRuntime || spec.variant.tokio_streams;
     // Once done, exit at once: tearing down gigabytes of cache is not
     // measured, and would only lengthen the run and blur profiles.
     let job = async {
@@ -102,9 +103,9 @@ pub fn run(spec: ChildSpec) -> anyhow::Result<()> {
         }
         result
     };
-    let result = match spec_lib {
-        Lib::Kinformer => actix::System::new().block_on(job),
-        Lib::KubeRuntime => tokio::runtime::Builder::new_multi_thread()
+    let result = match multi_thread {
+        false => actix::System::new().block_on(job),
+        true => tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()?

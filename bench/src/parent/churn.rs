@@ -148,6 +148,10 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
         Variant::KINFORMER.pipelined(),
         Variant::KINFORMER.batched(),
         Variant::KUBE_RUNTIME,
+        // Issue 24: subscribers spread over cores as kube-runtime's are
+        // (streams read by tasks of a 2-worker tokio runtime).
+        Variant::KINFORMER.tokio_streams(),
+        Variant::KINFORMER.batched().tokio_streams(),
         // Issue 26: delivery from a compact cache (each update encodes the
         // new state and decodes the old one).
         Variant::KINFORMER.compact(),
