@@ -477,7 +477,11 @@ mod tests {
     /// a time, and the subscriber syncs once every initial add is handled (HS-2).
     #[test]
     fn batches_are_ordered_bounded_and_count_towards_sync() {
-        let mut l = Driven::new(OverflowPolicy::Block, 100, CallShape::Batches { max: 3 });
+        let mut l = Driven::new(
+            OverflowPolicy::Block,
+            100,
+            CallShape::Batches { max: 3, calls: 1 },
+        );
         let all = names("o", 10);
         l.deliver(all.iter().map(|n| initial(n)).collect(), "d");
         l.d.upstream_synced();
@@ -555,7 +559,11 @@ mod tests {
     #[test]
     fn a_batch_takes_parked_real_changes_before_the_resync_lane() {
         let t0 = Instant::now();
-        let mut l = Driven::new(OverflowPolicy::Block, 2, CallShape::Batches { max: 8 });
+        let mut l = Driven::new(
+            OverflowPolicy::Block,
+            2,
+            CallShape::Batches { max: 8, calls: 1 },
+        );
         l.deliver(vec![added("a0")], "a0");
         l.resync(vec![updated("k", 1, Cause::Resync)], "sweep", t0);
         assert_eq!(
@@ -698,8 +706,9 @@ mod tests {
             CallShape::Events { depth: 2 },
             CallShape::Events { depth: 4 },
             CallShape::Events { depth: 8 },
-            CallShape::Batches { max: 1 },
-            CallShape::Batches { max: 5 },
+            CallShape::Batches { max: 1, calls: 1 },
+            CallShape::Batches { max: 5, calls: 1 },
+            CallShape::Batches { max: 5, calls: 2 },
         ];
         const REPLIES: [&str; 20] = [
             "0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15",

@@ -45,12 +45,13 @@ impl<K: Send + Sync + 'static> Sink<K> {
             Target::Pipelined { recipient, depth } => {
                 (Sink::Events(recipient), CallShape::Events { depth })
             }
-            Target::Batches { recipient, max } => {
-                (Sink::Batches(recipient), CallShape::Batches { max })
-            }
+            Target::Batches { recipient, max } => (
+                Sink::Batches(recipient),
+                CallShape::Batches { max, calls: 1 },
+            ),
             Target::Feed { feed, depth } => (Sink::EventFeed(feed), CallShape::Events { depth }),
             Target::FeedBatches { feed, max } => {
-                (Sink::BatchFeed(feed), CallShape::Batches { max })
+                (Sink::BatchFeed(feed), CallShape::Batches { max, calls: 2 })
             }
         }
     }

@@ -2,9 +2,9 @@
 //! may be unhandled at once.
 //!
 //! One event per call with up to `depth` of them in the subscriber's mailbox
-//! ([`CallShape::Events`]; depth 1 is one at a time), or one batch of up to
-//! `max` events at a time ([`CallShape::Batches`]). Events go in groups of at
-//! most half the depth (rounded up): all but the last unanswered, the last
+//! ([`CallShape::Events`]; depth 1 is one at a time), or batches of up to
+//! `max` events, one or two at a time ([`CallShape::Batches`]). Events go in
+//! groups of at most half the depth (rounded up): all but the last unanswered, the last
 //! answered, and that one answer acknowledges the group (the subscriber's
 //! mailbox hands them over in order), so there is one reply channel per group
 //! rather than per event, and the next group is sent while the subscriber
@@ -18,10 +18,15 @@ pub enum CallShape {
         /// Most events sent and not yet handled.
         depth: usize,
     },
-    /// Batches of at most `max` (at least 1) events, one unhandled at once.
+    /// Batches of at most `max` (at least 1) events, at most `calls` (at
+    /// least 1) unhandled at once: one for an actor (on its thread), two for
+    /// a feed read on another thread, so the next batch is made while the
+    /// consumer works on the last one.
     Batches {
         /// Most events in one batch.
         max: usize,
+        /// Most batches sent and not yet handled.
+        calls: usize,
     },
 }
 
@@ -43,7 +48,10 @@ impl Window {
             CallShape::Events { depth } => CallShape::Events {
                 depth: depth.max(1),
             },
-            CallShape::Batches { max } => CallShape::Batches { max: max.max(1) },
+            CallShape::Batches { max, calls } => CallShape::Batches {
+                max: max.max(1),
+                calls: calls.max(1),
+            },
         };
         Window {
             shape,
@@ -57,7 +65,7 @@ impl Window {
     pub fn next_call_max(&self) -> usize {
         match self.shape {
             CallShape::Events { depth } => (depth - self.events).min(depth.div_ceil(2)),
-            CallShape::Batches { max } if self.calls == 0 => max,
+            CallShape::Batches { max, calls } if self.calls < calls => max,
             CallShape::Batches { .. } => 0,
         }
     }
@@ -130,8 +138,24 @@ mod tests {
     }
 
     #[test]
+    fn batches_for_a_feed_go_two_at_a_time() {
+        let mut w = Window::new(CallShape::Batches { max: 3, calls: 2 });
+        w.sent(3);
+        assert_eq!(
+            w.next_call_max(),
+            3,
+            "a second batch while the first is out"
+        );
+        w.sent(1);
+        assert_eq!(w.next_call_max(), 0);
+        assert_eq!(w.in_flight_events(), 4);
+        w.returned(3);
+        assert_eq!(w.next_call_max(), 3);
+    }
+
+    #[test]
     fn one_batch_at_a_time_of_at_most_max() {
-        let mut w = Window::new(CallShape::Batches { max: 3 });
+        let mut w = Window::new(CallShape::Batches { max: 3, calls: 1 });
         assert_eq!(w.next_call_max(), 3);
         w.sent(2);
         assert_eq!(w.next_call_max(), 0);
