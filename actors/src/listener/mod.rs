@@ -8,7 +8,7 @@
 //! - [`window`]: how much goes per handler call and may be in flight ([`Window`]).
 //! - [`delivery`]: its state machine over those, with the held answers ([`Delivery`]).
 //! - [`credit`]: what the Indexer may send it unanswered ([`DeliveryCredit`]).
-//! - [`feed`]: a subscriber outside actix, read from a channel ([`feed()`]).
+//! - [`feed`](mod@feed): a subscriber outside actix, read from a channel ([`feed()`](fn@feed)).
 //! - [`options`], [`stats`]: what a subscription asks of it, its counters.
 //! - [`actor`]: the actor that owns them ([`Listener`]).
 //! - [`messages`]: what the actor takes ([`Deliver`], [`Replay`],
