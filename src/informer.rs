@@ -14,7 +14,9 @@ use kinformer_actors::indexer::{
     Cache, Codec, CompactOptions, CompactStats, IndexFn, Indexer, IndexerStats, ListenerStopped,
     Subscribe, Unsubscribe,
 };
-use kinformer_actors::listener::{Listener, ListenerOptions, ListenerStats, StopListener, Target};
+use kinformer_actors::listener::{
+    FeedSender, Listener, ListenerOptions, ListenerStats, StopListener, Target,
+};
 use kinformer_actors::reflector::decode::DecodeOptions;
 use kinformer_actors::reflector::{
     Backoff, KubeSource, ListWatch, Reflector, ReflectorOptions, ReflectorStats, RequestFailure,
@@ -912,11 +914,8 @@ where
     /// ```
     pub async fn stream(&self, options: SubscribeOptions) -> Result<EventStream<K>, InformerError> {
         let depth = options.pipeline;
-        let (feed, taken) = kinformer_actors::listener::feed();
-        let subscription = self
-            .subscribe_target(move || Target::Feed { feed, depth }, options)
-            .await?;
-        Ok(EventStream::new(subscription, taken))
+        self.subscribe_feed(move |feed| Target::Feed { feed, depth }, options)
+            .await
     }
 
     /// Like [`Informer::stream`], yielding [`EventBatch`]es of up to
@@ -927,10 +926,18 @@ where
         options: SubscribeOptions,
     ) -> Result<EventStream<K, EventBatch<K>>, InformerError> {
         let max = options.batch_size;
+        self.subscribe_feed(move |feed| Target::FeedBatches { feed, max }, options)
+            .await
+    }
+
+    /// Subscribes a stream over a new feed, delivered as `target` says.
+    async fn subscribe_feed<T: Send + 'static>(
+        &self,
+        target: impl FnOnce(FeedSender<T>) -> Target<K> + Send + 'static,
+        options: SubscribeOptions,
+    ) -> Result<EventStream<K, T>, InformerError> {
         let (feed, taken) = kinformer_actors::listener::feed();
-        let subscription = self
-            .subscribe_target(move || Target::FeedBatches { feed, max }, options)
-            .await?;
+        let subscription = self.subscribe_target(move || target(feed), options).await?;
         Ok(EventStream::new(subscription, taken))
     }
 

@@ -57,41 +57,29 @@ impl<K: Send + Sync + 'static> Sink<K> {
     }
 
     /// Sends the next handler call of `delivery`, if it has one. A group of
-    /// events goes all but the last unanswered (`do_send`; a closed mailbox
-    /// fails the answered send), the last answered: that answer
-    /// acknowledges the group.
+    /// events goes all but the last unanswered (`do_send`, or pushed into
+    /// the feed; a closed mailbox or a gone consumer fails the answered
+    /// call), the last answered: that answer acknowledges the group.
     pub(super) fn call<R>(&self, delivery: &mut Delivery<K, R>) -> Option<Call<K>> {
         let (request, sent) = match self {
             Sink::Events(recipient) => {
-                let mut last = None;
-                let sent = delivery.next_call(|event| {
-                    if let Some(earlier) = last.replace(event) {
-                        recipient.do_send(earlier);
-                    }
-                })?;
-                (Either::Left(Either::Left(send_now(recipient, last?))), sent)
+                let (last, sent) = next_group(delivery, |e| recipient.do_send(e))?;
+                (Either::Left(Either::Left(send_now(recipient, last))), sent)
             }
             Sink::Batches(recipient) => {
-                let mut batch = Vec::with_capacity(delivery.next_call_len());
-                let sent = delivery.next_call(|event| batch.push(event))?;
+                let (batch, sent) = next_batch(delivery)?;
                 (
-                    Either::Left(Either::Right(send_now(recipient, EventBatch(batch)))),
+                    Either::Left(Either::Right(send_now(recipient, batch))),
                     sent,
                 )
             }
             Sink::EventFeed(feed) => {
-                let mut last = None;
-                let sent = delivery.next_call(|event| {
-                    if let Some(earlier) = last.replace(event) {
-                        feed.push(earlier);
-                    }
-                })?;
-                (Either::Right(feed.call(last?)), sent)
+                let (last, sent) = next_group(delivery, |e| feed.push(e))?;
+                (Either::Right(feed.call(last)), sent)
             }
             Sink::BatchFeed(feed) => {
-                let mut batch = Vec::with_capacity(delivery.next_call_len());
-                let sent = delivery.next_call(|event| batch.push(event))?;
-                (Either::Right(feed.call(EventBatch(batch))), sent)
+                let (batch, sent) = next_batch(delivery)?;
+                (Either::Right(feed.call(batch)), sent)
             }
         };
         Some(Call {
@@ -99,6 +87,30 @@ impl<K: Send + Sync + 'static> Sink<K> {
             sent,
         })
     }
+}
+
+/// The next call's group of events: all but the last handed to
+/// `unanswered`, the last returned to be sent answered.
+fn next_group<K: Send + Sync + 'static, R>(
+    delivery: &mut Delivery<K, R>,
+    mut unanswered: impl FnMut(Event<K>),
+) -> Option<(Event<K>, Sent)> {
+    let mut last = None;
+    let sent = delivery.next_call(|event| {
+        if let Some(earlier) = last.replace(event) {
+            unanswered(earlier);
+        }
+    })?;
+    Some((last?, sent))
+}
+
+/// The next call's batch.
+fn next_batch<K: Send + Sync + 'static, R>(
+    delivery: &mut Delivery<K, R>,
+) -> Option<(EventBatch<K>, Sent)> {
+    let mut batch = Vec::with_capacity(delivery.next_call_len());
+    let sent = delivery.next_call(|event| batch.push(event))?;
+    Some((EventBatch(batch), sent))
 }
 
 /// Handler calls sent and not yet returned, oldest first: the subscriber
