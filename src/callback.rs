@@ -3,18 +3,19 @@
 
 use std::future::Future;
 
+use kinformer_actors::listener::FeedReceiver;
 use kinformer_actors::{Event, Object, SubscriberId};
 
 use crate::panic::{call_caught, panic_message};
-use crate::relay::{Handoff, Handoffs};
 
-/// Calls `f` with each event and awaits its future before the next: the
-/// handler call returns once that future finished, as an async actor
-/// handler's does. A panic (in `f` or its future) ends this task without
-/// answering, so the listener finds its subscriber gone and removes itself,
+/// Calls `f` with each event of `feed` and awaits its future before the
+/// next: an event counts as handled once that future finished (the next is
+/// asked for only then), as an async actor handler's call returns. A panic
+/// (in `f` or its future) ends this task and drops the feed with the event
+/// not taken, so the listener finds its subscriber gone and removes itself,
 /// as when a subscriber's actor panics.
 pub(crate) async fn call_each<K, F, Fut>(
-    mut handoffs: Handoffs<Event<K>>,
+    mut feed: FeedReceiver<Event<K>>,
     mut f: F,
     id: SubscriberId,
 ) where
@@ -22,15 +23,13 @@ pub(crate) async fn call_each<K, F, Fut>(
     F: FnMut(Event<K>) -> Fut,
     Fut: Future<Output = ()>,
 {
-    while let Some(Handoff { message, done }) = handoffs.recv().await {
-        let handled = match call_caught(|| f(message)) {
+    while let Some(event) = std::future::poll_fn(|cx| feed.poll_recv(cx)).await {
+        let handled = match call_caught(|| f(event)) {
             Ok(future) => future.await,
             Err(panic) => Err(panic),
         };
         match handled {
-            Ok(()) => {
-                let _ = done.send(());
-            }
+            Ok(()) => {}
             Err(panic) => {
                 tracing::error!(
                     subscriber = %id,

@@ -33,7 +33,6 @@ use crate::error::InformerError;
 use crate::metadata::{MetadataScope, metadata_api};
 use crate::own_thread::run_at_home;
 use crate::persist::{PersistConfig, PersistStatus, Persistence, SnapshotIdentity};
-use crate::relay::{Handoffs, Relay};
 use crate::store::Store;
 use crate::stream::EventStream;
 use crate::subscription::{InformerLink, SubscribeOptions, Subscription, SubscriptionParts};
@@ -944,7 +943,9 @@ where
     /// Subscribes a closure, called with each event in order; the next call
     /// comes once the future it returned finished, with the same guarantees
     /// as [`Informer::subscribe`] (the subscription syncs once the futures of
-    /// the initial adds finished; `Block` waits for slow futures).
+    /// the initial adds finished; `Block` waits for slow futures). As for
+    /// [`Informer::stream`], up to [`SubscribeOptions::pipeline`] events wait
+    /// in the task's channel (`Coalesce` no longer merges those).
     ///
     /// The futures run in a task spawned on the caller's tokio runtime
     /// (elsewhere: [`InformerError::NoActorRuntime`]). A panic in the closure
@@ -976,26 +977,13 @@ where
     {
         let runtime =
             tokio::runtime::Handle::try_current().map_err(|_| InformerError::NoActorRuntime)?;
-        let (subscription, handoffs) = self.subscribe_relayed(Target::Each, options).await?;
-        runtime.spawn(call_each(handoffs, f, subscription.id()));
-        Ok(subscription)
-    }
-
-    /// Subscribes a [`Relay`] (started where the listener is) and answers the
-    /// consumer's end of it.
-    async fn subscribe_relayed<M>(
-        &self,
-        target: impl FnOnce(Recipient<M>) -> Target<K> + Send + 'static,
-        options: SubscribeOptions,
-    ) -> Result<(Subscription<K>, Handoffs<M>), InformerError>
-    where
-        M: Message<Result = ()> + Send + 'static,
-    {
-        let (relay, handoffs) = Relay::new();
+        let (feed, taken) = kinformer_actors::listener::feed();
+        let depth = options.pipeline;
         let subscription = self
-            .subscribe_target(move || target(relay.start().recipient()), options)
+            .subscribe_target(move || Target::Feed { feed, depth }, options)
             .await?;
-        Ok((subscription, handoffs))
+        runtime.spawn(call_each(taken, f, subscription.id()));
+        Ok(subscription)
     }
 
     /// Sets up a subscription delivering to `target()`, made where the

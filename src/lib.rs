@@ -78,7 +78,6 @@ mod metadata;
 mod own_thread;
 mod panic;
 pub mod persist;
-mod relay;
 pub mod shard;
 mod store;
 mod stream;
