@@ -83,6 +83,7 @@ mod store;
 mod stream;
 mod subscription;
 mod wait;
+mod workers;
 
 pub use error::InformerError;
 pub use factory::InformerFactory;
@@ -118,3 +119,4 @@ pub use persist::{PersistStatus, SnapshotError};
 pub use store::Store;
 pub use stream::EventStream;
 pub use subscription::{SubscribeOptions, Subscription, SubscriptionStats};
+pub use workers::Workers;

@@ -28,7 +28,9 @@ use crate::subscription::Subscription;
 /// merged to the latest state per key.
 ///
 /// Dropping the stream unsubscribes. It is `Send`: consume it in a spawned
-/// task. It ends (`None`) only when the subscription ended another way: an
+/// task, or in an actor's context (`ctx.add_stream`, or
+/// [`Workers::start_reading`](crate::Workers::start_reading) on threads of
+/// their own). It ends (`None`) only when the subscription ended another way: an
 /// informer stop does not end it (what was queued still arrives), so select
 /// on your own shutdown signal. [`EventStream::subscription`] has its sync
 /// state and counters; clone that handle to watch them from elsewhere.

@@ -67,6 +67,11 @@ pub struct Variant {
     /// runtime, as kube-runtime's subscribers are.
     #[serde(default)]
     pub tokio_streams: bool,
+    /// kinformer only: each subscriber an actor reading its `EventStream`
+    /// in its own context (`ctx.add_stream`): on the informer's thread
+    /// (`Some(0)`) or placed round-robin on `n` threads (`kinformer::Workers`).
+    #[serde(default)]
+    pub stream_actors: Option<usize>,
 }
 
 /// The kinformer subscription call under test: one variant at a time.
@@ -94,6 +99,7 @@ impl Variant {
         compact_recent: None,
         indexed: false,
         tokio_streams: false,
+        stream_actors: None,
     };
     /// kube-runtime with defaults.
     pub const KUBE_RUNTIME: Variant = Variant {
@@ -106,6 +112,7 @@ impl Variant {
         compact_recent: None,
         indexed: false,
         tokio_streams: false,
+        stream_actors: None,
     };
 
     /// The same with streaming lists.
@@ -152,6 +159,13 @@ impl Variant {
         self
     }
 
+    /// The same with subscribers as actors reading streams, on `threads`
+    /// threads of their own (0: the informer's thread; see `stream_actors`).
+    pub const fn stream_actors(mut self, threads: usize) -> Self {
+        self.stream_actors = Some(threads);
+        self
+    }
+
     /// The same indexed and read-probed (see `indexed`).
     pub const fn indexed(mut self) -> Self {
         self.indexed = true;
@@ -185,6 +199,11 @@ impl Variant {
         }
         if self.tokio_streams {
             s.push_str(" (streams on 2 tokio workers)");
+        }
+        match self.stream_actors {
+            None => {}
+            Some(0) => s.push_str(" (actors reading streams)"),
+            Some(n) => s.push_str(&format!(" (actors reading streams on {n} worker threads)")),
         }
         match self.delivery {
             Delivery::Each => {}

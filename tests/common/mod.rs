@@ -11,7 +11,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kinformer::{
     Cause, Event, EventBatch, Informer, InformerBuilder, Object, PartialObjectMeta,
-    SubscribeOptions, Subscription,
+    SubscribeOptions, Subscription, Workers,
 };
 use kinformer_apiserver::{ApiServer, ServerConfig, ServerHandle};
 use kube::Resource;
@@ -550,6 +550,9 @@ pub enum Kind {
     Actor,
     Stream,
     Closure,
+    /// An actor reading its stream in its own context on a worker thread
+    /// (`Workers::start_reading`).
+    Worker,
     CompactActor,
     CompactClosure,
 }
@@ -560,6 +563,7 @@ enum Subscriber {
     Actor,
     Stream,
     Closure,
+    Worker,
 }
 
 impl Kind {
@@ -582,7 +586,7 @@ impl Kind {
         };
         match self.subscriber() {
             Subscriber::Actor => builder.start().expect("start the informer"),
-            Subscriber::Stream | Subscriber::Closure => builder
+            Subscriber::Stream | Subscriber::Closure | Subscriber::Worker => builder
                 .start_on_own_thread()
                 .expect("start the informer on its own thread"),
         }
@@ -593,6 +597,7 @@ impl Kind {
         match self {
             Kind::Actor | Kind::CompactActor => Subscriber::Actor,
             Kind::Stream => Subscriber::Stream,
+            Kind::Worker => Subscriber::Worker,
             Kind::Closure | Kind::CompactClosure => Subscriber::Closure,
         }
     }
@@ -630,6 +635,13 @@ impl Kind {
                 });
                 Ok(sub)
             }
+            Subscriber::Worker => {
+                let stream = informer.stream(options).await.expect("stream");
+                let sub = stream.subscription().clone();
+                let log = log.clone();
+                workers().start_reading(stream, move |_| StreamRecorder { log, gate });
+                Ok(sub)
+            }
             Subscriber::Closure => {
                 let log = log.clone();
                 informer
@@ -644,6 +656,36 @@ impl Kind {
     }
 }
 
+/// The worker threads of the `Worker` kind's actors, shared by the tests
+/// of one test binary.
+pub fn workers() -> &'static Workers {
+    static WORKERS: std::sync::OnceLock<Workers> = std::sync::OnceLock::new();
+    WORKERS.get_or_init(|| Workers::new(2).expect("start the worker threads"))
+}
+
+/// An actor reading its stream in its own context. While its gate is
+/// closed, its context waits after each event (so the stream's next item
+/// is not asked for: the event is not handled yet).
+pub struct StreamRecorder {
+    pub log: Arc<Mutex<Log>>,
+    pub gate: Option<watch::Receiver<bool>>,
+}
+
+impl Actor for StreamRecorder {
+    type Context = Context<Self>;
+}
+
+impl<K: Object> StreamHandler<Event<K>> for StreamRecorder {
+    fn handle(&mut self, event: Event<K>, ctx: &mut Context<Self>) {
+        record(&self.log, &event);
+        if let Some(gate) = self.gate.clone()
+            && !*gate.borrow()
+        {
+            ctx.wait(wait_open(Some(gate)).into_actor(self));
+        }
+    }
+}
+
 /// Waits until `gate` (if any) is open.
 async fn wait_open(gate: Option<watch::Receiver<bool>>) {
     if let Some(mut gate) = gate {
@@ -653,11 +695,11 @@ async fn wait_open(gate: Option<watch::Receiver<bool>>) {
 
 /// Runs an `async fn<K: Cached>(Kind)` test once per kind of subscriber,
 /// each in the runtime that kind is for, on whole ConfigMaps: `name::actor`,
-/// `name::stream`, `name::closure`.
+/// `name::stream`, `name::closure`, `name::worker`.
 #[macro_export]
 macro_rules! for_each_kind {
     ($($name:ident),* $(,)?) => {$(
-        $crate::for_kinds!($name: actor stream closure);
+        $crate::for_kinds!($name: actor stream closure worker);
     )*};
 }
 
@@ -685,6 +727,9 @@ macro_rules! kind_test {
     };
     ($name:ident, stream) => {
         $crate::kind_test!(@tokio $name, stream, k8s_openapi::api::core::v1::ConfigMap, Stream);
+    };
+    ($name:ident, worker) => {
+        $crate::kind_test!(@tokio $name, worker, k8s_openapi::api::core::v1::ConfigMap, Worker);
     };
     ($name:ident, closure) => {
         $crate::kind_test!(@tokio $name, closure, k8s_openapi::api::core::v1::ConfigMap, Closure);

@@ -7,6 +7,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use kinformer::{
     Cause, Event, EventBatch, Informer, OverflowPolicy, SubscribeOptions, Subscription, WarmStart,
+    Workers,
 };
 use kinformer_actors::Object;
 use kube::Api;
@@ -40,6 +41,22 @@ impl<K: Object> Handler<Event<K>> for Recorder {
 impl<K: Object> Handler<EventBatch<K>> for Recorder {
     type Result = ();
 
+    fn handle(&mut self, batch: EventBatch<K>, ctx: &mut Context<Self>) {
+        for event in &batch.0 {
+            self.record(event);
+        }
+        self.maybe_stall(ctx);
+    }
+}
+
+impl<K: Object> StreamHandler<Event<K>> for Recorder {
+    fn handle(&mut self, event: Event<K>, ctx: &mut Context<Self>) {
+        self.record(&event);
+        self.maybe_stall(ctx);
+    }
+}
+
+impl<K: Object> StreamHandler<EventBatch<K>> for Recorder {
     fn handle(&mut self, batch: EventBatch<K>, ctx: &mut Context<Self>) {
         for event in &batch.0 {
             self.record(event);
@@ -109,6 +126,8 @@ pub struct KinUnder<K: Object> {
     informer: Informer<K>,
     subs: Vec<Subscription<K>>,
     probes: Vec<Arc<Probe>>,
+    /// Stream-reading subscriber actors and their worker threads, kept alive.
+    _actors: (Vec<Addr<Recorder>>, Option<Workers>),
 }
 
 /// The `indexed` variants' index: 1000 seeded objects per value.
@@ -157,6 +176,11 @@ where
     };
     let mut subs = Vec::new();
     let mut probes = Vec::new();
+    let workers = match spec.variant.stream_actors {
+        Some(threads) if threads > 0 => Some(Workers::new(threads)?),
+        _ => None,
+    };
+    let mut actors = Vec::new();
     for s in &spec.subscribers {
         let probe = Arc::new(Probe::new(resync_tracking(spec, s)).count_to(spec.count_to));
         if spec.persist.is_some() {
@@ -184,6 +208,30 @@ where
             probes.push(probe);
             continue;
         }
+        if spec.variant.stream_actors.is_some() {
+            let recorder = Recorder {
+                probe: probe.clone(),
+                stall: s.stall,
+                stalled: false,
+            };
+            let workers = workers.as_ref();
+            let (sub, actor) = match spec.variant.delivery {
+                Delivery::Batched => {
+                    let stream = informer.stream_batches(options).await?;
+                    let sub = stream.subscription().clone();
+                    (sub, start_reading(workers, recorder, stream))
+                }
+                Delivery::Each | Delivery::Pipelined => {
+                    let stream = informer.stream(options).await?;
+                    let sub = stream.subscription().clone();
+                    (sub, start_reading(workers, recorder, stream))
+                }
+            };
+            subs.push(sub);
+            actors.push(actor);
+            probes.push(probe);
+            continue;
+        }
         let actor = Recorder {
             probe: probe.clone(),
             stall: s.stall,
@@ -205,7 +253,25 @@ where
         informer,
         subs,
         probes,
+        _actors: (actors, workers),
     })
+}
+
+/// Starts `recorder` reading `stream` in its own context, on the next of
+/// `workers` or on the current thread.
+fn start_reading<T, S>(workers: Option<&Workers>, recorder: Recorder, stream: S) -> Addr<Recorder>
+where
+    Recorder: StreamHandler<T>,
+    S: futures::Stream<Item = T> + Send + 'static,
+    T: 'static,
+{
+    match workers {
+        Some(workers) => workers.start_reading(stream, move |_| recorder),
+        None => Recorder::create(move |ctx| {
+            ctx.add_stream(stream);
+            recorder
+        }),
+    }
 }
 
 /// Subscribes a stream (a batch stream when batched) read by a task of the

@@ -152,6 +152,12 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
         // (streams read by tasks of a 2-worker tokio runtime).
         Variant::KINFORMER.tokio_streams(),
         Variant::KINFORMER.batched().tokio_streams(),
+        // Actors reading streams in their own context: on the informer's
+        // thread, and spread over 2 arbiters.
+        Variant::KINFORMER.stream_actors(0),
+        Variant::KINFORMER.batched().stream_actors(0),
+        Variant::KINFORMER.stream_actors(2),
+        Variant::KINFORMER.batched().stream_actors(2),
         // Issue 26: delivery from a compact cache (each update encodes the
         // new state and decodes the old one).
         Variant::KINFORMER.compact(),
