@@ -209,7 +209,10 @@ where
         self
     }
 
-    /// Use streaming lists (`sendInitialEvents`), falling back to lists when unsupported.
+    /// Use streaming lists (`sendInitialEvents`), falling back to lists when
+    /// unsupported. Their objects reach the cache a page at a time
+    /// ([`InformerBuilder::page_size`] objects) while they stream, as a
+    /// paginated list's pages do (`page_size(0)`: all at the end).
     pub fn streaming_lists(mut self, on: bool) -> Self {
         self.reflector.streaming_lists = on;
         self

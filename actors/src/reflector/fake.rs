@@ -30,6 +30,8 @@ pub enum Step {
     Added(&'static str, &'static str),
     /// `MODIFIED`.
     Modified(&'static str, &'static str),
+    /// `DELETED`.
+    Deleted(&'static str, &'static str),
     /// A bookmark at `rv`, the initial-events-end one when `true`.
     Bookmark(&'static str, bool),
     /// The stream fails.
@@ -153,6 +155,7 @@ fn stream(steps: Vec<Step>) -> WatchStream<ConfigMap> {
             let item = match steps.next()? {
                 Step::Added(n, v) => Ok(SourceEvent::Added(configmap(n, v))),
                 Step::Modified(n, v) => Ok(SourceEvent::Modified(configmap(n, v))),
+                Step::Deleted(n, v) => Ok(SourceEvent::Deleted(configmap(n, v))),
                 Step::Bookmark(v, end) => Ok(SourceEvent::Bookmark {
                     resource_version: v.into(),
                     initial_events_end: end,

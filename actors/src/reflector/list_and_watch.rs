@@ -39,6 +39,11 @@ type MakeDelta<K> = fn(Arc<K>) -> WatchDelta<K>;
 /// Most watch events handed to the sink in one batch.
 const WATCH_BATCH: usize = 256;
 
+/// A completed streaming list: the items not handed on as pages, the end
+/// bookmark's resourceVersion, the stream (it goes on as the watch), and
+/// how many items went on as pages before.
+type StreamedList<K> = (Vec<Arc<K>>, String, WatchStream<K>, usize);
+
 /// How many times in a row a streaming list cut short before its
 /// initial-events-end bookmark is retried at once; one more cut is a
 /// failure, backed off, so a server that cuts every stream is not hammered.
@@ -255,9 +260,12 @@ where
             let skipped_before = self.stats.transform_panics.load(Ordering::Relaxed);
             let mut handed_over = None;
             let outcome = if req.streaming {
-                self.streaming_list().await.map(|(items, rv, stream)| {
-                    handed_over = Some(stream);
-                    (items, rv, false, false, false)
+                self.streaming_list().await.map(|listed| match listed {
+                    Some((items, rv, stream, handed_out)) => {
+                        handed_over = Some(stream);
+                        (items, rv, false, handed_out > 0, false)
+                    }
+                    None => (Vec::new(), String::new(), false, false, true),
                 })
             } else {
                 let stats = &self.stats;
@@ -397,19 +405,41 @@ where
         }
     }
 
-    /// A streaming list (R-24 .. R-26): a stream cut short before its
+    /// A streaming list (R-24 .. R-26), its initial events handed to the
+    /// sink a page at a time (DF-9): a stream cut short before its
     /// initial-events-end bookmark is requested again at once, identically,
-    /// up to [`CUT_SHORT_RETRIES`] times in a row.
-    async fn streaming_list(&mut self) -> Result<(Vec<Arc<K>>, String, WatchStream<K>), Failure> {
+    /// up to [`CUT_SHORT_RETRIES`] times in a row. `None`: the sink closed.
+    async fn streaming_list(&mut self) -> Result<Option<StreamedList<K>>, Failure> {
         let req = self
             .state
             .borrow_mut()
             .streaming_request(Self::now(), (self.jitter)());
+        let page = self.state.borrow().streamed_page();
         let mut cut_short = 0;
         loop {
-            let initial = initial_events(&mut self.source, &req, &self.sharing, &self.stats);
+            // Each attempt is a list of its own: its first page voids the
+            // pages of the one before.
+            let mut first = true;
+            let sink = &self.sink;
+            let initial = initial_events(
+                &mut self.source,
+                &req,
+                &self.sharing,
+                &self.stats,
+                page,
+                async |objects| {
+                    let was_first = std::mem::replace(&mut first, false);
+                    sink.list_page(objects, was_first).await.is_ok()
+                },
+            );
             match initial.await? {
-                Initial::Complete(items, rv, stream) => return Ok((items, rv, stream)),
+                Initial::Complete {
+                    items,
+                    resource_version,
+                    stream,
+                    handed_out,
+                } => return Ok(Some((items, resource_version, stream, handed_out))),
+                Initial::Stopped => return Ok(None),
                 Initial::CutShort if cut_short < CUT_SHORT_RETRIES => {
                     cut_short += 1;
                     tracing::info!(
@@ -904,6 +934,118 @@ mod tests {
         assert_eq!(waits, [1000, 1000, 1000, 1800]);
         assert_eq!(d.stats.failures.load(Ordering::Relaxed), 1);
         assert_eq!(d.sink.received(), ["replace 7 []"]);
+    }
+
+    fn streaming_in_pages_of(size: u32) -> ReflectorOptions {
+        ReflectorOptions {
+            page_size: Some(size),
+            ..streaming()
+        }
+    }
+
+    /// DF-9, R-27: a streaming list's initial events go to the sink a page
+    /// at a time while it streams; the end bookmark's `Replace` brings the
+    /// rest, continuing those pages.
+    #[tokio::test(start_paused = true)]
+    async fn df_9_a_streaming_list_hands_its_initial_events_on_in_pages() {
+        let mut d = Driven::new(streaming_in_pages_of(2));
+        d.source.watch(&[
+            Step::Added("a", "5"),
+            Step::Added("b", "6"),
+            Step::Added("c", "7"),
+            Step::Added("d", "8"),
+            Step::Added("e", "9"),
+            Step::Bookmark("10", true),
+            Step::Added("f", "11"),
+            Step::Hang,
+        ]);
+        d.run_for(MINUTE).await;
+        assert_eq!(
+            d.sink.pages(),
+            [
+                (true, "[a@5 b@6]".to_owned()),
+                (false, "[c@7 d@8]".to_owned())
+            ]
+        );
+        assert_eq!(
+            d.sink.received(),
+            ["replace 10 [a@5 b@6 c@7 d@8 e@9]", "enqueue [added f@11]"]
+        );
+    }
+
+    /// DF-9, R-26: an attempt cut short after handing on a page is void:
+    /// the next attempt's first page starts the list again.
+    #[tokio::test(start_paused = true)]
+    async fn df_9_a_streaming_list_cut_short_after_a_page_starts_again() {
+        let mut d = Driven::new(streaming_in_pages_of(2));
+        d.source
+            .watch(&[
+                Step::Added("a", "5"),
+                Step::Added("b", "6"),
+                Step::Added("c", "7"),
+                Step::Sleep(Duration::from_secs(3)),
+            ])
+            .watch(&[
+                Step::Added("b", "6"),
+                Step::Added("c", "7"),
+                Step::Bookmark("8", true),
+                Step::Hang,
+            ]);
+        d.run_for(MINUTE).await;
+        assert_eq!(
+            d.sink.pages(),
+            [
+                (true, "[a@5 b@6]".to_owned()),
+                (true, "[b@6 c@7]".to_owned())
+            ]
+        );
+        assert_eq!(d.sink.received(), ["replace 8 [b@6 c@7]"]);
+    }
+
+    /// a delete before the end bookmark, once a page was handed on,
+    /// cannot be applied to that page: streaming lists are given up for
+    /// paginated ones, whose whole list voids the pages.
+    #[tokio::test(start_paused = true)]
+    async fn a_delete_in_a_streaming_list_after_a_page_falls_back_to_paginated_lists() {
+        let mut d = Driven::new(streaming_in_pages_of(2));
+        d.source
+            .watch(&[
+                Step::Added("a", "5"),
+                Step::Added("b", "6"),
+                Step::Deleted("a", "7"),
+                Step::Hang,
+            ])
+            .page("7", &[("b", "6")], None)
+            .watch(&[Step::Hang]);
+        d.run_for(MINUTE).await;
+        assert_eq!(d.sink.pages(), [(true, "[a@5 b@6]".to_owned())]);
+        assert_eq!(d.sink.received(), ["replace 7 [b@6]"]);
+        assert!(
+            d.source
+                .requests()
+                .iter()
+                .any(|r| matches!(r, Request::Page(_))),
+            "a paginated list followed"
+        );
+        assert!(!d.state.borrow().list_request().streaming);
+    }
+
+    /// Before any page went on, a delete applies at the end as before, and
+    /// nothing more is handed on.
+    #[tokio::test(start_paused = true)]
+    async fn a_delete_before_any_page_is_applied_at_the_end_of_a_streaming_list() {
+        let mut d = Driven::new(streaming_in_pages_of(2));
+        d.source.watch(&[
+            Step::Added("a", "5"),
+            Step::Deleted("a", "6"),
+            Step::Added("b", "7"),
+            Step::Added("c", "8"),
+            Step::Bookmark("9", true),
+            Step::Hang,
+        ]);
+        d.run_for(MINUTE).await;
+        assert!(d.sink.pages().is_empty());
+        assert_eq!(d.sink.received(), ["replace 9 [b@7 c@8]"]);
     }
 
     const SECOND: Duration = Duration::from_secs(1);

@@ -251,6 +251,17 @@ impl ReflectorState {
         }
     }
 
+    /// How many of a streaming list's initial events are handed on as one
+    /// page while it goes on (DF-9): the list page size; `Some(0)`
+    /// (unpaginated lists) keeps them all until the end bookmark.
+    pub fn streamed_page(&self) -> usize {
+        match self.page_size {
+            Some(0) => usize::MAX,
+            Some(size) => size as usize,
+            None => DEFAULT_PAGE_SIZE as usize,
+        }
+    }
+
     /// A list (or streaming list) succeeded with this resourceVersion.
     pub fn list_succeeded(&mut self, resource_version: &str, paginated: bool) {
         if paginated && self.list_request().version == ListVersion::Any {

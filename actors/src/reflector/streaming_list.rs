@@ -1,5 +1,6 @@
-//! A streaming list's initial events (R-24 .. R-26): collected until the
-//! initial-events-end bookmark, whose stream then goes on as the watch.
+//! A streaming list's initial events (R-24 .. R-26), handed on a page at a
+//! time as they arrive (DF-9) until the initial-events-end bookmark, whose
+//! stream then goes on as the watch.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -38,20 +39,32 @@ fn without_deleted<K: Resource>(items: Vec<Arc<K>>, deleted_at: &DeletedAt) -> V
 
 /// How one streaming-list request ended.
 pub(super) enum Initial<K> {
-    /// The initial-events-end bookmark came: the items, its resourceVersion,
-    /// and the stream, which goes on as the watch.
-    Complete(Vec<Arc<K>>, String, WatchStream<K>),
+    /// The initial-events-end bookmark came: the items not handed on yet,
+    /// its resourceVersion, the stream (it goes on as the watch), and how
+    /// many items went on before as pages.
+    Complete {
+        items: Vec<Arc<K>>,
+        resource_version: String,
+        stream: WatchStream<K>,
+        handed_out: usize,
+    },
     /// The stream closed before that bookmark, after some events or a second.
     CutShort,
+    /// `page_out` refused a page: the sink is closed.
+    Stopped,
 }
 
-/// Streams the initial events of one request into a temporary list until
-/// the end bookmark.
+/// Streams the initial events of one request until the end bookmark
+/// . Every `page` items go to `page_out` as they come, as a paginated
+/// list's pages do (its first page voids the pages of an attempt before),
+/// so a long list is cached while it streams and never held whole.
 pub(super) async fn initial_events<K, S>(
     source: &mut S,
     req: &WatchRequest,
     sharing: &Sharing<K>,
     stats: &ReflectorStats,
+    page: usize,
+    mut page_out: impl AsyncFnMut(Vec<Arc<K>>) -> bool,
 ) -> Result<Initial<K>, Failure>
 where
     K: crate::Object,
@@ -64,8 +77,10 @@ where
     // list), in a plain Vec: a map of every key cost much more. A key
     // seen twice is left to the Replace, which queues both states under
     // the key, as client-go's does (DF-T19); a delete before the end
-    // bookmark, which real servers do not send, is applied at the end.
+    // bookmark, which real servers do not send, is applied at the end to
+    // what was not handed on yet (nothing more is handed on after one).
     let mut items: Vec<Arc<K>> = Vec::new();
+    let mut handed_out = 0usize;
     let mut deleted_at = DeletedAt::default();
     let cached = sharing.reusable();
     while let Some(event) = stream.next().await {
@@ -81,9 +96,25 @@ where
                 items.extend(sharing.share_listed(o, cached.as_ref()));
                 stats
                     .list_progress
-                    .store(items.len() as u64, Ordering::Relaxed);
+                    .store((handed_out + items.len()) as u64, Ordering::Relaxed);
+                if items.len() >= page && deleted_at.is_empty() {
+                    handed_out += items.len();
+                    if !page_out(std::mem::take(&mut items)).await {
+                        return Ok(Initial::Stopped);
+                    }
+                }
             }
             SourceEvent::Deleted(o) => {
+                if handed_out > 0 {
+                    // A page handed on cannot take an object back: this
+                    // server's streaming lists are not used any more, and
+                    // the paginated list that follows voids those pages.
+                    stats.last_failure.record(
+                        "list",
+                        &"the streaming list sent a delete before its initial-events-end bookmark",
+                    );
+                    return Err(Failure::Unsupported);
+                }
                 if let Ok(k) = ObjectKey::of(&o) {
                     deleted_at.insert(k, items.len());
                 }
@@ -95,7 +126,12 @@ where
                 if !deleted_at.is_empty() {
                     items = without_deleted(items, &deleted_at);
                 }
-                return Ok(Initial::Complete(items, resource_version, stream));
+                return Ok(Initial::Complete {
+                    items,
+                    resource_version,
+                    stream,
+                    handed_out,
+                });
             }
             SourceEvent::Bookmark { .. } => {}
         }
