@@ -142,12 +142,14 @@ where
     /// high watermark becomes at most 1024 deltas and its initial batches at
     /// most 512 keys (a later [`fifo_options`](Self::fifo_options) sets
     /// them again), so a list, read page by page, is cached as it is read
-    /// and the peak during a sync stays near the compact cache's size.
+    /// and the peak during a sync stays near the compact cache's size; a
+    /// streaming list is handed on a page at a time as it streams, too.
     pub fn compact_cache(mut self, options: CompactOptions) -> Self
     where
         K: serde::Serialize + serde::de::DeserializeOwned,
     {
         self.compact = Some(Codec::json(options));
+        self.reflector.stream_in_pages = true;
         self.fifo = self
             .fifo
             .high_watermark(self.fifo.high_watermark.min(COMPACT_HIGH_WATERMARK))
@@ -210,9 +212,10 @@ where
     }
 
     /// Use streaming lists (`sendInitialEvents`), falling back to lists when
-    /// unsupported. Their objects reach the cache a page at a time
-    /// ([`InformerBuilder::page_size`] objects) while they stream, as a
-    /// paginated list's pages do (`page_size(0)`: all at the end).
+    /// unsupported. A decoded cache takes a streaming list's objects at its
+    /// end; a compact cache ([`InformerBuilder::compact_cache`]) a page
+    /// ([`InformerBuilder::page_size`] objects) at a time while it streams,
+    /// so the list is never held decoded.
     pub fn streaming_lists(mut self, on: bool) -> Self {
         self.reflector.streaming_lists = on;
         self

@@ -143,9 +143,9 @@ async fn streaming_lists_sync_and_keep_watching() {
     assert_eq!(informer.stats().relists, 0);
 }
 
-/// DF-9: a streaming list's initial events reach the cache in pages while
-/// it streams; each object is added once, and a streaming relist after a
-/// 410 notifies only what changed.
+/// DF-9: a compact cache takes a streaming list's initial events in pages
+/// while it streams; each object is added once, and a streaming relist
+/// after a 410 notifies only what changed.
 #[actix::test]
 async fn a_streaming_list_in_pages_adds_each_object_once_and_relists_only_changes() {
     let server = server(10_000);
@@ -153,6 +153,7 @@ async fn a_streaming_list_in_pages_adds_each_object_once_and_relists_only_change
     let informer = informer(&server)
         .streaming_lists(true)
         .page_size(7)
+        .compact_cache(kinformer::CompactOptions::new().recent(0))
         .start()
         .unwrap();
     let (a, log) = Recorder::start();

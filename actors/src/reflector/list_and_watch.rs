@@ -939,8 +939,28 @@ mod tests {
     fn streaming_in_pages_of(size: u32) -> ReflectorOptions {
         ReflectorOptions {
             page_size: Some(size),
+            stream_in_pages: true,
             ..streaming()
         }
+    }
+
+    /// Without `stream_in_pages`, a streaming list goes on whole at its end.
+    #[tokio::test(start_paused = true)]
+    async fn a_streaming_list_not_in_pages_goes_on_whole_at_its_end() {
+        let mut d = Driven::new(ReflectorOptions {
+            stream_in_pages: false,
+            ..streaming_in_pages_of(2)
+        });
+        d.source.watch(&[
+            Step::Added("a", "5"),
+            Step::Added("b", "6"),
+            Step::Added("c", "7"),
+            Step::Bookmark("8", true),
+            Step::Hang,
+        ]);
+        d.run_for(MINUTE).await;
+        assert!(d.sink.pages().is_empty());
+        assert_eq!(d.sink.received(), ["replace 8 [a@5 b@6 c@7]"]);
     }
 
     /// DF-9, R-27: a streaming list's initial events go to the sink a page

@@ -1,6 +1,6 @@
 //! A streaming list's initial events (R-24 .. R-26), handed on a page at a
-//! time as they arrive (DF-9) until the initial-events-end bookmark, whose
-//! stream then goes on as the watch.
+//! time as they arrive (DF-9; for a compact cache) or all at the
+//! initial-events-end bookmark, whose stream then goes on as the watch.
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -20,6 +20,9 @@ fn variants(kind: Kind) -> Vec<Variant> {
         // and read probe.
         Variant::KINFORMER.indexed(),
         Variant::KINFORMER.compact(),
+        // A streaming list into a compact cache: its pages reach the cache
+        // as they stream, so it is never held decoded.
+        Variant::KINFORMER.streaming().compact(),
     ];
     if kind == Kind::Pod {
         v.push(Variant::KINFORMER.strip(Strip::AfterDecode));
