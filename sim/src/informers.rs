@@ -155,7 +155,13 @@ impl InformerProbe {
             .page_size(engine.page_size)
             .skip_managed_fields(engine.skip_managed_fields)
             .fifo_options(FifoOptions::default().high_watermark(engine.high_watermark))
-            .streaming_lists(engine.streaming_lists && slot == InformerSlot::All)
+            // The tiered informer streams too when its cache is compact:
+            // such lists go on in pages as they stream (DF-9).
+            .streaming_lists(
+                engine.streaming_lists
+                    && (slot == InformerSlot::All
+                        || (slot == InformerSlot::Tiered && engine.compact_cache)),
+            )
             .reflector_thread(engine.reflector_thread && slot == InformerSlot::All)
             .index("tier", tier_index);
         if let Some(selector) = selection.label_selector() {
