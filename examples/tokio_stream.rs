@@ -1,14 +1,29 @@
 //! Events in a plain `#[tokio::main]` service: no actix, no `LocalSet`.
 //! The informer runs its actors on a thread it owns; you read a `Stream`
-//! (or pass a closure).
+//! (or pass a closure, or run actors on `Workers`, threads of their own).
 //!
 //! Run: `cargo run --example tokio_stream` (uses the embedded API server,
 //! and ends after a demo ConfigMap's delete; set `KINFORMER_CLUSTER=1` to
 //! use your kubeconfig instead, and stop it with Ctrl-C).
 
+use actix::prelude::*;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kinformer::{Event, Informer, SubscribeOptions};
+use kinformer::{Event, Informer, SubscribeOptions, Workers};
+
+/// An actor reading its stream in its own context: `handle` gets each
+/// event, the next once it returned.
+struct Printer;
+
+impl Actor for Printer {
+    type Context = Context<Self>;
+}
+
+impl StreamHandler<Event<ConfigMap>> for Printer {
+    fn handle(&mut self, event: Event<ConfigMap>, _: &mut Context<Self>) {
+        println!("worker actor: {:?} {}", event.cause(), event.key());
+    }
+}
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -22,6 +37,10 @@ async fn main() -> anyhow::Result<()> {
             println!("closure: {}", event.key())
         })
         .await?;
+    // Actors on worker threads (here 1), for handlers with work to spread
+    // over cores; they stop when `workers` is dropped, at the end.
+    let workers = Workers::new(1)?;
+    workers.start_reading(informer.stream(options).await?, |_| Printer);
     // A stream: `Send`, so it could as well be read in a spawned task.
     let mut events = informer.stream(options).await?;
     demo::changes_once_synced(server, informer.clone());

@@ -21,7 +21,9 @@ use crate::error::InformerError;
 /// Threads for subscriber actors, each an actix `System` of its own;
 /// [`Workers::start`] places actors on them round-robin. Dropping the pool
 /// (or [`Workers::stop`]) stops its threads: their actors stop, and a
-/// stream an actor was reading is dropped, which unsubscribes it.
+/// stream an actor was reading is dropped, which unsubscribes it, so keep
+/// the pool as long as its actors should run. An actor that stops its
+/// `System::current()` stops its own worker's thread only.
 ///
 /// ```no_run
 /// # use actix::prelude::*;
@@ -34,7 +36,7 @@ use crate::error::InformerError;
 /// }
 ///
 /// # async fn run(informer: Informer<ConfigMap>) -> anyhow::Result<()> {
-/// let workers = Workers::new(0)?; // one thread per core
+/// let workers = Workers::new(0)?; // one thread per core, kept while they run
 /// for _ in 0..10 {
 ///     let events = informer.stream(SubscribeOptions::default()).await?;
 ///     workers.start_reading(events, |_| Counter(0));
