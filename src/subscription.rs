@@ -90,8 +90,8 @@ impl SubscribeOptions {
         self
     }
 
-    /// Most events sent to a pipelined subscriber or an event stream and
-    /// not yet handled (at least 1). Deeper means fewer wake-ups per event; events already sent
+    /// Most events sent to a pipelined subscriber, an event stream or a
+    /// closure (`subscribe_fn`) and not yet handled (at least 1). Deeper means fewer wake-ups per event; events already sent
     /// are no longer merged by `Coalesce` nor dropped by an unsubscribe.
     pub fn pipeline(mut self, depth: usize) -> Self {
         self.pipeline = depth.max(1);
