@@ -85,6 +85,10 @@ pub enum Delivery {
     Pipelined,
     /// `subscribe_batches`: one `EventBatch` per call.
     Batched,
+    /// `subscribe_fn`: a closure per event, its future awaited before the
+    /// next; the informer on its own thread, the closures' task on a
+    /// 2-worker tokio runtime.
+    Closure,
 }
 
 impl Variant {
@@ -125,6 +129,18 @@ impl Variant {
     pub const fn batched(mut self) -> Self {
         self.delivery = Delivery::Batched;
         self
+    }
+
+    /// The same with closure subscribers (see `Delivery::Closure`).
+    pub const fn closures(mut self) -> Self {
+        self.delivery = Delivery::Closure;
+        self
+    }
+
+    /// Whether this variant's child runs a multi-thread tokio runtime (as
+    /// kube-runtime's subscribers do) rather than an actix System.
+    pub fn on_tokio_workers(&self) -> bool {
+        self.lib == Lib::KubeRuntime || self.tokio_streams || self.delivery == Delivery::Closure
     }
 
     /// The same with pipelined subscribers.
@@ -209,6 +225,7 @@ impl Variant {
             Delivery::Each => {}
             Delivery::Batched => s.push_str(" (batched subscribers)"),
             Delivery::Pipelined => s.push_str(" (pipelined subscribers)"),
+            Delivery::Closure => s.push_str(" (closures on 2 tokio workers)"),
         }
         match self.strip {
             Strip::None => {}

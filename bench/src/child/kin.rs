@@ -169,7 +169,7 @@ where
                 .collect())
         });
     }
-    let informer = if spec.variant.tokio_streams {
+    let informer = if spec.variant.on_tokio_workers() {
         builder.start_on_own_thread()?
     } else {
         builder.start()?
@@ -194,7 +194,7 @@ where
                 Policy::Coalesce => OverflowPolicy::Coalesce,
             })
             .capacity(spec.capacity);
-        if spec.variant.tokio_streams {
+        if spec.variant.on_tokio_workers() {
             subs.push(
                 read_on_tokio(
                     &informer,
@@ -221,7 +221,7 @@ where
                     let sub = stream.subscription().clone();
                     (sub, start_reading(workers, recorder, stream))
                 }
-                Delivery::Each | Delivery::Pipelined => {
+                Delivery::Each | Delivery::Pipelined | Delivery::Closure => {
                     let stream = informer.stream(options).await?;
                     let sub = stream.subscription().clone();
                     (sub, start_reading(workers, recorder, stream))
@@ -245,7 +245,9 @@ where
                     .await?
             }
             Delivery::Pipelined => informer.subscribe_pipelined(&actor, options).await?,
-            Delivery::Each => informer.subscribe(actor.recipient(), options).await?,
+            Delivery::Each | Delivery::Closure => {
+                informer.subscribe(actor.recipient(), options).await?
+            }
         });
         probes.push(probe);
     }
@@ -308,6 +310,29 @@ async fn read_on_tokio<K: Object>(
                 }
             });
             sub
+        }
+        Delivery::Closure => {
+            let mut stalled = false;
+            informer
+                .subscribe_fn(options, move |event| {
+                    record(&probe, &event);
+                    let wait = match (stall, stalled, probe.began()) {
+                        (Some(stall), false, Some(began))
+                            if began.elapsed() >= Duration::from_millis(stall.after_ms) =>
+                        {
+                            stalled = true;
+                            tracing::info!(?stall, "subscriber stalls");
+                            Some(Duration::from_millis(stall.for_ms))
+                        }
+                        _ => None,
+                    };
+                    async move {
+                        if let Some(wait) = wait {
+                            tokio::time::sleep(wait).await;
+                        }
+                    }
+                })
+                .await?
         }
         Delivery::Each | Delivery::Pipelined => {
             let mut stream = informer.stream(options).await?;

@@ -92,7 +92,7 @@ pub fn emit(event: &str, data: Value) {
 pub fn run(spec: ChildSpec) -> anyhow::Result<()> {
     PROCESS_START.get_or_init(Instant::now);
     // Streams on tokio workers: the runtime kube-runtime's subscribers get.
-    let multi_thread = spec.variant.lib == Lib::KubeRuntime || spec.variant.tokio_streams;
+    let multi_thread = spec.variant.on_tokio_workers();
     // Once done, exit at once: tearing down gigabytes of cache is not
     // measured, and would only lengthen the run and blur profiles.
     let job = async {

@@ -152,6 +152,8 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
         // (streams read by tasks of a 2-worker tokio runtime).
         Variant::KINFORMER.tokio_streams(),
         Variant::KINFORMER.batched().tokio_streams(),
+        // Closures (`subscribe_fn`) read a feed on the same runtime.
+        Variant::KINFORMER.closures(),
         // Actors reading streams in their own context: on the informer's
         // thread, and spread over 2 arbiters.
         Variant::KINFORMER.stream_actors(0),
