@@ -315,6 +315,67 @@ async fn a_truncated_or_garbled_snapshot_is_discarded_and_the_informer_lists() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A snapshot whose objects turn out damaged partway through the file (an
+/// object that does not read back, past the first pages): the pages
+/// restored before it stay, the informer lists at once, and every object
+/// reaches the subscriber exactly once (restored, or listed). The damaged
+/// file is replaced by one written whole, so the next restart resumes with
+/// every object and no list.
+#[actix::test]
+async fn a_snapshot_damaged_partway_is_completed_by_a_list_and_written_whole() {
+    const OBJECTS: usize = 1500;
+    let server = server(10_000);
+    for i in 0..OBJECTS {
+        create(&server, &format!("o-{i:05}"), "0");
+    }
+    let dir = snapshot_dir("partway");
+    let file = run_and_stop(&server, persisted(&server, &dir)).await;
+    // Damage one object in the file's third page (objects are in key order).
+    let damaged = "default/o-01100";
+    {
+        let db = redb::Database::open(&file).unwrap();
+        let txn = db.begin_write().unwrap();
+        let objects: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("objects");
+        txn.open_table(objects)
+            .unwrap()
+            .insert(damaged, [2u8, 0xde, 0xad].as_slice())
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    let mark = server.requests().mark();
+    let informer = persisted(&server, &dir).start().unwrap();
+    let log = subscribed(&informer).await;
+    converges(&server, &log, "the view after a damaged restore").await;
+    let status = informer.persistence().unwrap();
+    assert_eq!(status.discarded, 1, "{status:?}");
+    let stats = informer.stats();
+    assert_eq!((stats.warm_start, stats.lists), (WarmStart::Cold, 1));
+    assert_eq!(lists_since(&server, mark), 3, "one list of three pages");
+    let restored = count_cause(&log, Cause::Restored);
+    assert!(
+        (512..1100).contains(&restored),
+        "the pages before the damaged object were restored: {restored}"
+    );
+    {
+        let log = log.lock().unwrap();
+        let added = |key: &str| log.count(|s| s.kind == "Added" && s.key == key);
+        for i in 0..OBJECTS {
+            assert_eq!(added(&format!("default/o-{i:05}")), 1, "o-{i:05}");
+        }
+        assert_eq!(log.count(|s| s.kind != "Added"), 0, "nothing changed");
+    }
+    snapshot_caught_up(&server, &informer, "the new snapshot").await;
+    informer.stop().await;
+    let mark = server.requests().mark();
+    let (informer, log) = restarted(&server, &dir).await;
+    let stats = informer.stats();
+    assert_eq!(lists_since(&server, mark), 0, "resumed from the new file");
+    assert_eq!(stats.restored_objects, OBJECTS as u64);
+    assert_eq!(count_cause(&log, Cause::Restored), OBJECTS);
+    informer.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// An informer stopped before its first consistent state leaves a snapshot
 /// never committed: the next one treats it as no snapshot (lists, counts
 /// nothing discarded) and commits over it.

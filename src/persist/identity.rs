@@ -4,8 +4,10 @@
 
 use serde::Serialize;
 
-/// Bumped on any change of the file's layout or of what is stored.
-pub const SNAPSHOT_SCHEMA: u32 = 1;
+/// Bumped on any change of the file's layout or of what is stored (2:
+/// values compressed, a dictionary in the meta table). A snapshot of
+/// another schema is outdated: discarded, and the informer lists.
+pub const SNAPSHOT_SCHEMA: u32 = 2;
 
 /// Everything a snapshot is keyed by. Stored in the file and compared whole
 /// on load; the file name is derived from it.

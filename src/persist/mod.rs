@@ -3,27 +3,34 @@
 //! a new process starts from it instead of listing.
 //!
 //! - `snapshot_file`: the redb file, its checks and its transactions.
+//! - `compression`: how each object is stored (zstd with a learned dictionary).
 //! - `identity`: what a snapshot belongs to ([`SnapshotIdentity`]).
+//! - `restore`: reading the snapshot at start, then starting the writer.
 //! - `writer`: the thread that commits the Indexer's consistent states.
+//! - `stats`: the counters both share ([`PersistStatus`]).
 //! - `error`: why a snapshot is discarded, or persistence stops ([`SnapshotError`]).
 //!
-//! At start, the file is read on a blocking thread when the Reflector's
-//! first run begins. A valid snapshot is handed to the DeltaFIFO as the
-//! initial population (adds with `Cause::Restored`) and the Reflector
-//! watches from its resourceVersion; a missing, corrupt, foreign or outdated
-//! one is discarded (logged, counted) and the informer lists. Either way
-//! the writer then starts on the file (a fresh one after a discard). A
-//! panic of the database while it reads a damaged file is caught and
-//! counts as corrupt.
+//! At start, when the Reflector's first run begins, the file is checked
+//! and read on a blocking thread, decoded on every core a page at a time;
+//! each page goes to the DeltaFIFO as it is decoded, as part of the initial
+//! population (adds with `Cause::Restored`), and the Reflector then watches
+//! from the snapshot's resourceVersion. A missing, corrupt, foreign or
+//! outdated snapshot is discarded (logged, counted) and the informer lists.
+//! So is one found damaged partway (an object that does not decode): the
+//! pages restored before stay, like those of a list cut short, and the list
+//! completes them. Either way the writer then starts on the file (a fresh
+//! one after a discard, written whole at its first commit). A panic of the
+//! database while it reads a damaged file is caught and counts as corrupt.
 
+mod compression;
 mod error;
 mod identity;
+mod restore;
 mod snapshot_file;
+mod stats;
 mod writer;
 
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use kinformer_actors::Object;
 use kinformer_actors::indexer::SnapshotFeed;
@@ -32,100 +39,10 @@ use tokio::sync::watch;
 
 pub use error::SnapshotError;
 pub use identity::{SNAPSHOT_SCHEMA, SnapshotIdentity};
-use snapshot_file::{Decode, Encode};
-
-/// What `InformerBuilder::persist` configured.
-pub(crate) struct PersistConfig<K> {
-    pub dir: PathBuf,
-    pub cluster: String,
-    pub schema: String,
-    pub encode: Encode<K>,
-    pub decode: Decode<K>,
-}
-
-/// The persistence counters, shared by the restore and the writer.
-#[derive(Debug, Default)]
-pub(crate) struct PersistStats {
-    pub commits: AtomicU64,
-    pub objects_written: AtomicU64,
-    pub objects_removed: AtomicU64,
-    pub bytes_written: AtomicU64,
-    pub write_micros: AtomicU64,
-    pub discarded: AtomicU64,
-    text: Mutex<Texts>,
-}
-
-#[derive(Debug, Default, Clone)]
-struct Texts {
-    file: PathBuf,
-    resource_version: String,
-    error: Option<String>,
-    discarded: Option<String>,
-}
-
-impl PersistStats {
-    fn texts(&self) -> std::sync::MutexGuard<'_, Texts> {
-        self.text.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    pub(crate) fn set_resource_version(&self, rv: &str) {
-        rv.clone_into(&mut self.texts().resource_version);
-    }
-
-    pub(crate) fn set_error(&self, error: String) {
-        self.texts().error = Some(error);
-    }
-
-    /// What a program or a test reads.
-    pub(crate) fn status(&self, writing: bool) -> PersistStatus {
-        let t = self.texts().clone();
-        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        PersistStatus {
-            file_bytes: std::fs::metadata(&t.file).map(|m| m.len()).unwrap_or(0),
-            file: t.file,
-            resource_version: t.resource_version,
-            commits: r(&self.commits),
-            objects_written: r(&self.objects_written),
-            objects_removed: r(&self.objects_removed),
-            bytes_written: r(&self.bytes_written),
-            write_micros: r(&self.write_micros),
-            discarded: r(&self.discarded),
-            discarded_because: t.discarded,
-            error: t.error,
-            writing,
-        }
-    }
-}
-
-/// The state of an informer's persistence ([`Informer::persistence`](crate::Informer::persistence)).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct PersistStatus {
-    /// The snapshot file.
-    pub file: PathBuf,
-    /// Its size on disk, in bytes.
-    pub file_bytes: u64,
-    /// The resourceVersion of the last commit (`""` before the first).
-    pub resource_version: String,
-    /// Transactions committed.
-    pub commits: u64,
-    /// Objects written (added or changed) in them.
-    pub objects_written: u64,
-    /// Objects removed in them.
-    pub objects_removed: u64,
-    /// Bytes of objects written (JSON).
-    pub bytes_written: u64,
-    /// Time spent writing, in microseconds (encoding and committing).
-    pub write_micros: u64,
-    /// Snapshots discarded at start (0 or 1).
-    pub discarded: u64,
-    /// Why it was discarded.
-    pub discarded_because: Option<String>,
-    /// Why persistence stopped, if it did (the informer goes on in memory).
-    pub error: Option<String>,
-    /// True while the writer runs.
-    pub writing: bool,
-}
+pub(crate) use restore::PersistConfig;
+use restore::Restore;
+use stats::PersistStats;
+pub use stats::PersistStatus;
 
 /// The informer's side of its persistence.
 pub(crate) struct Persistence<K> {
@@ -157,6 +74,9 @@ impl<K> Drop for Persistence<K> {
     }
 }
 
+/// Decoded pages of a restore waiting for the Reflector, at most.
+const PAGES_IN_FLIGHT: usize = 4;
+
 /// Sets up persistence for `identity`: the restore the Reflector runs first
 /// (which then starts the writer), and the informer's handle on it.
 pub(crate) fn prepare<K: Object>(
@@ -167,7 +87,7 @@ pub(crate) fn prepare<K: Object>(
     let stats = Arc::new(PersistStats::default());
     let (done_tx, done) = watch::channel(false);
     let path = snapshot_file::path_in(&config.dir, &identity);
-    stats.texts().file = path.clone();
+    stats.set_file(path.clone());
     let handle = Persistence {
         feed: feed.clone(),
         stats: stats.clone(),
@@ -175,63 +95,25 @@ pub(crate) fn prepare<K: Object>(
     };
     let restore: RestoreFn<K> = Box::new(move || {
         Box::pin(async move {
-            let read = move || open(path, identity, config, feed, stats, done_tx);
-            tokio::task::spawn_blocking(read).await.ok().flatten()
+            let (head_tx, head) = tokio::sync::oneshot::channel();
+            let (pages_tx, pages) = tokio::sync::mpsc::channel(PAGES_IN_FLIGHT);
+            let restore = Restore {
+                path,
+                identity,
+                config,
+                feed,
+                stats,
+                head: head_tx,
+                pages: pages_tx,
+            };
+            tokio::task::spawn_blocking(move || restore.run(done_tx));
+            // A panic of the blocking task drops `head`: no snapshot.
+            let resource_version = head.await.ok().flatten()?;
+            Some(Restored {
+                resource_version,
+                pages,
+            })
         })
     });
     (restore, handle)
-}
-
-/// Reads the snapshot (discarding a bad one), then starts the writer on the
-/// file. Blocking.
-fn open<K: Object>(
-    path: PathBuf,
-    identity: SnapshotIdentity,
-    config: PersistConfig<K>,
-    feed: Arc<SnapshotFeed<K>>,
-    stats: Arc<PersistStats>,
-    done: watch::Sender<bool>,
-) -> Option<Restored<K>> {
-    let (restored, db) = match snapshot_file::load(&path, &identity, config.decode) {
-        Ok(Some(l)) => {
-            let restored = Restored {
-                objects: l.objects,
-                resource_version: l.resource_version,
-            };
-            (Some(restored), Ok(l.db))
-        }
-        Ok(None) => (None, snapshot_file::create(&path, &identity)),
-        // Never committed (the last process stopped before its first
-        // consistent state): no snapshot yet, nothing damaged or discarded.
-        Err(SnapshotError::Empty) => {
-            tracing::info!(file = %path.display(), "the snapshot was never committed; listing");
-            (None, snapshot_file::create(&path, &identity))
-        }
-        Err(e) => {
-            tracing::warn!(file = %path.display(), reason = e.reason(), error = %e, "snapshot discarded; listing");
-            stats.discarded.fetch_add(1, Ordering::Relaxed);
-            stats.texts().discarded = Some(e.to_string());
-            (None, snapshot_file::create(&path, &identity))
-        }
-    };
-    if feed.is_closed() {
-        return restored;
-    }
-    match db {
-        Ok(db) => {
-            let encode = config.encode;
-            let spawned = std::thread::Builder::new()
-                .name("kinformer-snapshot".into())
-                .spawn(move || writer::run(db, feed.clone(), stats, encode, done));
-            if let Err(e) = spawned {
-                tracing::error!(error = %e, "cannot start the snapshot writer; the informer goes on in memory");
-            }
-        }
-        Err(e) => {
-            tracing::error!(file = %path.display(), error = %e, "persistence off: the informer goes on in memory");
-            stats.set_error(e.to_string());
-            feed.close();
-        }
-    }
-    restored
 }

@@ -1,8 +1,9 @@
 //! One informer's snapshot on disk: a redb database with two tables, the
-//! objects by key (their JSON) and the meta data (identity, schema, the
-//! resourceVersion and the object count), written in one transaction per
-//! consistent state, so the file is always consistent at its
-//! resourceVersion.
+//! objects by key (their JSON, compressed: see
+//! [`compression`](super::compression)) and the meta data (identity,
+//! schema, the resourceVersion, the object count and the compression
+//! dictionary), written in one transaction per consistent state, so the
+//! file is always consistent at its resourceVersion.
 //!
 //! Why redb: pure Rust (no C toolchain, unlike SQLite's rusqlite), one file,
 //! ACID transactions with copy-on-write B-trees (a crash leaves the last
@@ -12,12 +13,14 @@
 //! extra layer; a snapshot is rewritten only where it changed, read whole at
 //! start, so a B-tree fits.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use kinformer_actors::reflector::decode::ObjectDecoder;
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 
+use super::compression::{DICTIONARY_SAMPLES, ValueReader, ValueWriter};
 use super::error::SnapshotError;
 use super::identity::{SNAPSHOT_SCHEMA, SnapshotIdentity};
 
@@ -28,20 +31,24 @@ const IDENTITY: &str = "identity";
 const SCHEMA: &str = "schema";
 const RESOURCE_VERSION: &str = "resource_version";
 const COUNT: &str = "count";
+/// The dictionary values are compressed with ([`compression`](super::compression)), once learned.
+const DICTIONARY: &str = "dictionary";
 
 /// Decodes one stored object (with a decoder each decoding thread keeps).
 pub type Decode<K> = fn(&mut ObjectDecoder, &[u8]) -> Result<K, serde_json::Error>;
 /// Encodes one object for storage.
 pub type Encode<K> = fn(&K) -> Result<Vec<u8>, serde_json::Error>;
 
-/// A snapshot read from its file.
-pub struct Loaded<K> {
-    /// Every object.
-    pub objects: Vec<Arc<K>>,
-    /// The resourceVersion they are the state at.
-    pub resource_version: String,
-    /// The open database, for the writer.
+/// A snapshot file checked against its identity, not read yet.
+pub struct Opened {
+    /// The open database (for the reading, then for the writer).
     pub db: Database,
+    /// The resourceVersion its objects are the state at.
+    pub resource_version: String,
+    /// How many objects it holds.
+    pub count: u64,
+    /// The dictionary its values are compressed with, if it has one.
+    pub dictionary: Option<Vec<u8>>,
 }
 
 /// The snapshot file of `identity` in `dir`.
@@ -49,28 +56,24 @@ pub fn path_in(dir: &Path, identity: &SnapshotIdentity) -> PathBuf {
     dir.join(identity.file_name())
 }
 
-/// Reads and checks the snapshot at `path`: `Ok(None)` when there is none.
+/// Opens and checks the snapshot at `path` (`Ok(None)`: there is none).
 /// Any problem is an error; the caller discards the file. redb asserts on
 /// some damaged files (a truncated one panics in `Database::open`): the
 /// panic is caught here and is `Corrupt` too.
-pub fn load<K: Send + Sync>(
-    path: &Path,
-    identity: &SnapshotIdentity,
-    decode: Decode<K>,
-) -> Result<Option<Loaded<K>>, SnapshotError> {
-    let read = std::panic::catch_unwind(|| read_checked(path, identity, decode));
-    read.unwrap_or_else(|_| {
+pub fn open(path: &Path, identity: &SnapshotIdentity) -> Result<Option<Opened>, SnapshotError> {
+    caught(|| open_checked(path, identity))
+}
+
+/// `read`, with a panic of the database (a damaged file) as `Corrupt`.
+fn caught<T>(read: impl FnOnce() -> Result<T, SnapshotError>) -> Result<T, SnapshotError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(read)).unwrap_or_else(|_| {
         Err(SnapshotError::Corrupt(
             "the database panicked reading it".into(),
         ))
     })
 }
 
-fn read_checked<K: Send + Sync>(
-    path: &Path,
-    identity: &SnapshotIdentity,
-    decode: Decode<K>,
-) -> Result<Option<Loaded<K>>, SnapshotError> {
+fn open_checked(path: &Path, identity: &SnapshotIdentity) -> Result<Option<Opened>, SnapshotError> {
     if !path.exists() {
         return Ok(None);
     }
@@ -83,13 +86,12 @@ fn read_checked<K: Send + Sync>(
         }
         Err(e) => return Err(e.into()),
     };
+    let bytes = |key: &str| -> Result<Option<Vec<u8>>, SnapshotError> {
+        Ok(meta.get(key)?.map(|v| v.value().to_vec()))
+    };
     let text = |key: &str| -> Result<String, SnapshotError> {
-        let value = meta.get(key)?;
-        let bytes = value
-            .as_ref()
-            .map(|v| v.value().to_vec())
-            .unwrap_or_default();
-        String::from_utf8(bytes).map_err(|_| SnapshotError::Corrupt(format!("{key} is not UTF-8")))
+        String::from_utf8(bytes(key)?.unwrap_or_default())
+            .map_err(|_| SnapshotError::Corrupt(format!("{key} is not UTF-8")))
     };
     let schema = text(SCHEMA)?;
     if schema != SNAPSHOT_SCHEMA.to_string() {
@@ -105,109 +107,188 @@ fn read_checked<K: Send + Sync>(
     if resource_version.is_empty() {
         return Err(SnapshotError::Empty);
     }
-    let count = meta
-        .get(COUNT)?
-        .and_then(|v| <[u8; 8]>::try_from(v.value()).ok())
+    let count = bytes(COUNT)?
+        .and_then(|v| <[u8; 8]>::try_from(v.as_slice()).ok())
         .map(u64::from_le_bytes)
         .ok_or_else(|| SnapshotError::Corrupt("no object count".into()))?;
-    let table = txn.open_table(OBJECTS)?;
-    if table.len()? != count {
+    let dictionary = bytes(DICTIONARY)?;
+    let stored = txn.open_table(OBJECTS)?.len()?;
+    if stored != count {
         return Err(SnapshotError::Corrupt(format!(
-            "{} objects stored, {count} committed",
-            table.len()?
+            "{stored} objects stored, {count} committed"
         )));
     }
-    let started = std::time::Instant::now();
-    let objects = read_and_decode(&table, decode)?;
-    drop((meta, table, txn));
-    tracing::debug!(objects = count, took = ?started.elapsed(), "snapshot read and decoded");
-    Ok(Some(Loaded {
-        objects,
-        resource_version,
+    drop((meta, txn));
+    Ok(Some(Opened {
         db,
+        resource_version,
+        count,
+        dictionary,
     }))
 }
 
-/// Stored objects handed to a decoding thread at a time.
-const CHUNK: usize = 512;
+/// Stored objects handed to a decoding thread at a time, and handed on as
+/// one page.
+pub const PAGE: usize = 512;
 
-/// Chunks queued per decoding thread: the raw bytes in flight stay bounded
-/// (a restore never holds the whole file's bytes and the decoded objects at
-/// once).
+/// Chunks queued per decoding thread: the bytes read and the objects
+/// decoded but not handed on stay bounded (a restore never holds the whole
+/// file's bytes and its objects at once).
 const QUEUED_CHUNKS: usize = 2;
 
-/// Reads the stored objects and decodes them on every core as they are
-/// read: decoding is most of a restore's time (100k ConfigMaps, BENCHMARKS.md
-/// "Warm restart"), and reading the file overlaps it. The objects come back
-/// in key order.
-fn read_and_decode<K: Send + Sync>(
-    table: &redb::ReadOnlyTable<&str, &[u8]>,
+/// A chunk of stored objects read from the file, in one buffer each for
+/// keys and values (two allocations per chunk, not two per object).
+#[derive(Default)]
+struct Chunk {
+    keys: String,
+    values: Vec<u8>,
+    /// Where each object's key and value end.
+    ends: Vec<(usize, usize)>,
+}
+
+impl Chunk {
+    fn push(&mut self, key: &str, value: &[u8]) {
+        self.keys.push_str(key);
+        self.values.extend_from_slice(value);
+        self.ends.push((self.keys.len(), self.values.len()));
+    }
+
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    fn entries(&self) -> impl Iterator<Item = (&str, &[u8])> {
+        let mut from = (0, 0);
+        self.ends.iter().map(move |&(k, v)| {
+            let entry = (&self.keys[from.0..k], &self.values[from.1..v]);
+            from = (k, v);
+            entry
+        })
+    }
+}
+
+/// Reads every stored object, decoding them on every core while the file
+/// is read, and hands them to `page` in key order, [`PAGE`] at a time, as
+/// they are decoded: decoding is most of a restore's time, and the
+/// informer caches what it gets meanwhile. `page` answers `false` when no
+/// more is wanted (reading stops). Returns how many objects were read; an
+/// object that does not decode, or a count other than the committed one,
+/// is `Corrupt` (pages before it were handed on).
+pub fn read_pages<K: Send + Sync>(
+    opened: &Opened,
     decode: Decode<K>,
-) -> Result<Vec<Arc<K>>, SnapshotError> {
-    type Chunk = Vec<(String, Vec<u8>)>;
-    type Decoded<K> = Vec<(usize, Result<Vec<Arc<K>>, SnapshotError>)>;
+    page: impl FnMut(Vec<Arc<K>>) -> bool,
+) -> Result<u64, SnapshotError> {
+    caught(|| read_pages_checked(opened, decode, page))
+}
+
+fn read_pages_checked<K: Send + Sync>(
+    opened: &Opened,
+    decode: Decode<K>,
+    mut page: impl FnMut(Vec<Arc<K>>) -> bool,
+) -> Result<u64, SnapshotError> {
+    type Decoded<K> = (usize, Result<Vec<Arc<K>>, SnapshotError>);
+    let txn = opened.db.begin_read()?;
+    let table = txn.open_table(OBJECTS)?;
+    let dictionary = opened.dictionary.as_deref();
     let threads = std::thread::available_parallelism().map_or(1, usize::from);
     std::thread::scope(|scope| {
+        let (decoded_tx, decoded) = std::sync::mpsc::channel::<Decoded<K>>();
         let mut senders = Vec::with_capacity(threads);
         let mut workers = Vec::with_capacity(threads);
         for _ in 0..threads {
             let (tx, rx) = std::sync::mpsc::sync_channel::<(usize, Chunk)>(QUEUED_CHUNKS);
             senders.push(tx);
+            let decoded_tx = decoded_tx.clone();
             workers.push(scope.spawn(move || {
+                let mut values = match ValueReader::new(dictionary) {
+                    Ok(values) => values,
+                    Err(e) => {
+                        let _ = decoded_tx.send((0, Err(e)));
+                        return;
+                    }
+                };
                 let mut decoder = ObjectDecoder::default();
-                let mut out: Decoded<K> = Vec::new();
                 for (i, chunk) in rx {
                     let objects = chunk
-                        .iter()
-                        .map(|(key, bytes)| {
-                            decode(&mut decoder, bytes)
+                        .entries()
+                        .map(|(key, stored)| {
+                            let json = values.json(stored)?;
+                            decode(&mut decoder, json)
                                 .map(Arc::new)
                                 .map_err(|e| SnapshotError::Corrupt(format!("{key}: {e}")))
                         })
                         .collect();
-                    out.push((i, objects));
+                    if decoded_tx.send((i, objects)).is_err() {
+                        return;
+                    }
                 }
-                out
             }));
         }
-        let read = (|| -> Result<(), SnapshotError> {
-            let mut chunk = Vec::with_capacity(CHUNK);
-            let mut n = 0;
-            let hand = |n: &mut usize, chunk: Chunk| {
-                // A decoding thread that is gone panicked: its join says so.
-                let _ = senders[*n % threads].send((*n, chunk));
-                *n += 1;
+        drop(decoded_tx);
+        // Decoded chunks come back in any order; they are handed on in
+        // the file's. At most the chunks handed out are held here.
+        let mut ahead: BTreeMap<usize, Result<Vec<Arc<K>>, SnapshotError>> = BTreeMap::new();
+        let mut next = 0;
+        let mut read = 0u64;
+        let mut wanted = true;
+        let mut hand_on =
+            |got: Decoded<K>, next: &mut usize, wanted: &mut bool| -> Result<(), SnapshotError> {
+                ahead.insert(got.0, got.1);
+                while let Some(objects) = ahead.remove(next) {
+                    *next += 1;
+                    let objects = objects?;
+                    if *wanted {
+                        *wanted = page(objects);
+                    }
+                }
+                Ok(())
             };
+        let reading = (|| -> Result<usize, SnapshotError> {
+            let mut chunk = Chunk::default();
+            let mut handed = 0;
             for entry in table.iter()? {
                 let (key, value) = entry?;
-                chunk.push((key.value().to_owned(), value.value().to_vec()));
-                if chunk.len() == CHUNK {
-                    hand(
-                        &mut n,
-                        std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK)),
-                    );
+                chunk.push(key.value(), value.value());
+                read += 1;
+                if chunk.len() == PAGE {
+                    // A decoding thread that is gone failed: its result says why.
+                    let _ = senders[handed % threads].send((handed, std::mem::take(&mut chunk)));
+                    handed += 1;
+                    while let Ok(got) = decoded.try_recv() {
+                        hand_on(got, &mut next, &mut wanted)?;
+                    }
+                    if !wanted {
+                        return Ok(handed);
+                    }
                 }
             }
-            if !chunk.is_empty() {
-                hand(&mut n, chunk);
+            if chunk.len() > 0 {
+                let _ = senders[handed % threads].send((handed, chunk));
+                handed += 1;
             }
-            Ok(())
+            Ok(handed)
         })();
         drop(senders);
-        let mut decoded: Decoded<K> = Vec::new();
-        for worker in workers {
-            match worker.join() {
-                Ok(out) => decoded.extend(out),
-                Err(_) => return Err(SnapshotError::Corrupt("decoding an object panicked".into())),
+        let handed = reading?;
+        while next < handed && wanted {
+            match decoded.recv() {
+                Ok(got) => hand_on(got, &mut next, &mut wanted)?,
+                Err(_) => break,
             }
         }
-        read?;
-        decoded.sort_unstable_by_key(|(i, _)| *i);
-        let mut objects = Vec::with_capacity(decoded.len() * CHUNK);
-        for (_, chunk) in decoded {
-            objects.extend(chunk?);
+        for worker in workers {
+            if worker.join().is_err() {
+                return Err(SnapshotError::Corrupt("decoding an object panicked".into()));
+            }
         }
-        Ok(objects)
+        if wanted && (next < handed || read != opened.count) {
+            return Err(SnapshotError::Corrupt(format!(
+                "{read} objects read, {} committed",
+                opened.count
+            )));
+        }
+        Ok(read)
     })
 }
 
@@ -252,7 +333,7 @@ pub struct Written {
     pub objects: u64,
     /// Objects removed.
     pub removed: u64,
-    /// Bytes of the objects written.
+    /// Bytes stored for the objects written (compressed).
     pub bytes: u64,
 }
 
@@ -268,13 +349,30 @@ pub struct Commit<'a, K> {
 }
 
 /// Writes `commit` in one transaction: the objects and the resourceVersion
-/// together, or nothing.
+/// together, or nothing. The first commit of at least
+/// [`DICTIONARY_SAMPLES`] objects into a file without a dictionary learns
+/// one from its first objects, stored in the same transaction.
 pub fn write<K>(
     db: &Database,
     commit: Commit<'_, K>,
     encode: Encode<K>,
+    values: &mut ValueWriter,
 ) -> Result<Written, SnapshotError> {
     let write = |e: &dyn std::fmt::Display| SnapshotError::Write(e.to_string());
+    let states = commit.changes.iter().filter_map(|(_, state)| *state);
+    let mut learned = None;
+    // The JSON of the first objects, learned from and then written.
+    let mut samples = Vec::new();
+    if values.wants_dictionary(states.clone().count()) {
+        samples = states
+            .take(DICTIONARY_SAMPLES)
+            .map(encode)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| write(&e))?;
+        let refs: Vec<&[u8]> = samples.iter().map(Vec::as_slice).collect();
+        learned = values.learn(&refs);
+    }
+    let mut samples = samples.into_iter();
     let txn = db.begin_write().map_err(|e| write(&e))?;
     let mut written = Written::default();
     {
@@ -282,12 +380,16 @@ pub fn write<K>(
         for (key, state) in commit.changes {
             match state {
                 Some(object) => {
-                    let bytes = encode(object).map_err(|e| write(&e))?;
+                    let json = match samples.next() {
+                        Some(json) => json,
+                        None => encode(object).map_err(|e| write(&e))?,
+                    };
+                    let stored = values.encode(&json)?;
                     objects
-                        .insert(key, bytes.as_slice())
+                        .insert(key, stored.as_slice())
                         .map_err(|e| write(&e))?;
                     written.objects += 1;
-                    written.bytes += bytes.len() as u64;
+                    written.bytes += stored.len() as u64;
                 }
                 None => {
                     if objects.remove(key).map_err(|e| write(&e))?.is_some() {
@@ -301,6 +403,10 @@ pub fn write<K>(
             .map_err(|e| write(&e))?;
         meta.insert(COUNT, commit.count.to_le_bytes().as_slice())
             .map_err(|e| write(&e))?;
+        if let Some(dictionary) = &learned {
+            meta.insert(DICTIONARY, dictionary.as_slice())
+                .map_err(|e| write(&e))?;
+        }
     }
     txn.commit().map_err(|e| write(&e))?;
     Ok(written)
@@ -335,13 +441,149 @@ mod tests {
         d
     }
 
+    /// Commits as a writer on this file would (with its dictionary, if it
+    /// has one).
     fn commit(db: &Database, changes: Vec<(&str, Option<&String>)>, rv: &str, count: u64) {
+        let dictionary = {
+            let txn = db.begin_read().unwrap();
+            let meta = txn.open_table(META).unwrap();
+            meta.get(DICTIONARY).unwrap().map(|v| v.value().to_vec())
+        };
+        let mut values = ValueWriter::new(dictionary.as_deref()).unwrap();
         let c = Commit {
             changes,
             resource_version: rv,
             count,
         };
-        write(db, c, encode).unwrap();
+        write(db, c, encode, &mut values).unwrap();
+    }
+
+    struct Loaded {
+        objects: Vec<Arc<String>>,
+        resource_version: String,
+        pages: Vec<usize>,
+    }
+
+    /// Opens and reads the whole snapshot.
+    fn load(
+        path: &Path,
+        id: &SnapshotIdentity,
+        decode: Decode<String>,
+    ) -> Result<Option<Loaded>, SnapshotError> {
+        let Some(opened) = open(path, id)? else {
+            return Ok(None);
+        };
+        let (mut objects, mut pages) = (Vec::new(), Vec::new());
+        read_pages(&opened, decode, |page| {
+            pages.push(page.len());
+            objects.extend(page);
+            true
+        })?;
+        Ok(Some(Loaded {
+            objects,
+            resource_version: opened.resource_version,
+            pages,
+        }))
+    }
+
+    fn values(n: usize) -> (Vec<String>, Vec<String>) {
+        let keys = (0..n).map(|i| format!("ns/o-{i:05}")).collect();
+        let values = (0..n)
+            .map(|i| format!("value {i} of a snapshot with many values alike"))
+            .collect();
+        (keys, values)
+    }
+
+    fn all<'a>(keys: &'a [String], values: &'a [String]) -> Vec<(&'a str, Option<&'a String>)> {
+        keys.iter()
+            .map(String::as_str)
+            .zip(values.iter().map(Some))
+            .collect()
+    }
+
+    fn stored_size(path: &Path) -> (usize, bool) {
+        let db = Database::open(path).unwrap();
+        let txn = db.begin_read().unwrap();
+        let objects = txn.open_table(OBJECTS).unwrap();
+        let bytes = objects
+            .iter()
+            .unwrap()
+            .map(|e| e.unwrap().1.value().len())
+            .sum();
+        let meta = txn.open_table(META).unwrap();
+        (bytes, meta.get(DICTIONARY).unwrap().is_some())
+    }
+
+    /// A commit of many objects learns the file's dictionary and stores
+    /// them compressed with it (smaller than compressed alone); a small
+    /// first commit stores its objects without one, and they still read
+    /// back once a later large commit learned it.
+    #[test]
+    fn a_large_commit_learns_the_dictionary_and_older_values_still_read() {
+        let d = dir("dictionary");
+        let id = identity("");
+        let path = path_in(&d, &id);
+        let db = create(&path, &id).unwrap();
+        let n = DICTIONARY_SAMPLES * 2;
+        let (keys, vals) = values(n);
+        commit(&db, all(&keys[..10], &vals[..10]), "5", 10);
+        drop(db);
+        let (alone, learned) = stored_size(&path);
+        assert!(!learned, "10 objects learn no dictionary");
+        let db = Database::open(&path).unwrap();
+        commit(&db, all(&keys[10..], &vals[10..]), "6", n as u64);
+        drop(db);
+        let (bytes, learned) = stored_size(&path);
+        assert!(learned);
+        let per_object_with = (bytes - alone) / (n - 10);
+        assert!(
+            per_object_with < alone / 10,
+            "{per_object_with} B per object with the dictionary, {} alone",
+            alone / 10
+        );
+        let loaded = load(&path, &id, decode).unwrap().unwrap();
+        let got: Vec<&str> = loaded.objects.iter().map(|o| o.as_str()).collect();
+        assert_eq!(got, vals.iter().map(String::as_str).collect::<Vec<_>>());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// An object found damaged partway through the file: the pages before
+    /// it were handed on, in order, and the read ends `Corrupt`.
+    #[test]
+    fn a_value_damaged_partway_ends_the_read_after_the_pages_before_it() {
+        let d = dir("partway");
+        let id = identity("");
+        let path = path_in(&d, &id);
+        let db = create(&path, &id).unwrap();
+        let n = 5 * PAGE + 7;
+        let (keys, vals) = values(n);
+        commit(&db, all(&keys, &vals), "7", n as u64);
+        let txn = db.begin_write().unwrap();
+        let damaged = 3 * PAGE + 10;
+        txn.open_table(OBJECTS)
+            .unwrap()
+            .insert(keys[damaged].as_str(), [2u8, 1, 2, 3].as_slice())
+            .unwrap();
+        txn.commit().unwrap();
+        drop(db);
+        let opened = open(&path, &id).unwrap().unwrap();
+        let mut handed = Vec::new();
+        let read = read_pages(&opened, decode, |page| {
+            handed.extend(page);
+            true
+        });
+        assert!(matches!(read, Err(SnapshotError::Corrupt(_))), "{read:?}");
+        assert_eq!(handed.len(), 3 * PAGE, "the pages before the damaged one");
+        assert_eq!(*handed[3 * PAGE - 1], vals[3 * PAGE - 1]);
+        // A reader that wants no more stops at once: no error.
+        let mut pages = 0;
+        let read = read_pages(&opened, decode, |_| {
+            pages += 1;
+            false
+        });
+        assert!(read.is_ok() && pages == 1, "{read:?}, {pages} pages");
+        drop(opened);
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     /// Many chunks over every decoding thread: every object comes back once,
@@ -352,20 +594,12 @@ mod tests {
         let id = identity("");
         let path = path_in(&d, &id);
         let db = create(&path, &id).unwrap();
-        let n = 5 * CHUNK + 7;
-        let keys: Vec<String> = (0..n).map(|i| format!("ns/o-{i:05}")).collect();
-        let values: Vec<String> = (0..n).map(|i| format!("value {i}")).collect();
-        commit(
-            &db,
-            keys.iter()
-                .map(String::as_str)
-                .zip(values.iter().map(Some))
-                .collect(),
-            "7",
-            n as u64,
-        );
+        let n = 5 * PAGE + 7;
+        let (keys, values) = values(n);
+        commit(&db, all(&keys, &values), "7", n as u64);
         drop(db);
         let loaded = load(&path, &id, decode).unwrap().unwrap();
+        assert_eq!(loaded.pages, [PAGE, PAGE, PAGE, PAGE, PAGE, 7]);
         let got: Vec<&str> = loaded.objects.iter().map(|o| o.as_str()).collect();
         let want: Vec<&str> = values.iter().map(String::as_str).collect();
         assert_eq!(got, want);
@@ -373,7 +607,7 @@ mod tests {
         // The last object does not decode as a String: the whole load fails.
         let refuse_last = |_: &mut ObjectDecoder, b: &[u8]| {
             let s: String = serde_json::from_slice(b)?;
-            if s == format!("value {}", 5 * CHUNK + 6) {
+            if s.starts_with(&format!("value {} ", 5 * PAGE + 6)) {
                 serde_json::from_slice::<String>(b"{")
             } else {
                 Ok(s)

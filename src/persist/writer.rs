@@ -14,22 +14,41 @@ use kinformer_actors::{Object, ObjectKey};
 use redb::Database;
 use tokio::sync::watch;
 
-use super::PersistStats;
+use super::compression::ValueWriter;
 use super::snapshot_file::{Commit, Encode, write};
+use super::stats::PersistStats;
 
 /// The shortest time between two commits: changes within it go in one
 /// transaction (each commit syncs the file).
 pub const COMMIT_INTERVAL: Duration = Duration::from_millis(100);
 
+/// The file the writer starts on.
+pub struct WriterFile {
+    /// The open database.
+    pub db: Database,
+    /// How its values are compressed (its dictionary, if it has one).
+    pub values: ValueWriter,
+    /// It holds no object yet (a new file, or one made after a discard):
+    /// the first commit writes every object of its state, not only those
+    /// changed since the last point (a restore cut short leaves objects in
+    /// the cache that no point counts as changed).
+    pub fresh: bool,
+}
+
 /// Runs the writer until the feed closes or a write fails; `done` turns
 /// true when it ends (the file is closed then).
 pub fn run<K: Object>(
-    db: Database,
+    file: WriterFile,
     feed: Arc<SnapshotFeed<K>>,
     stats: Arc<PersistStats>,
     encode: Encode<K>,
     done: watch::Sender<bool>,
 ) {
+    let WriterFile {
+        db,
+        mut values,
+        mut fresh,
+    } = file;
     loop {
         let point = match feed.take(Duration::from_secs(1)) {
             Err(_) => break,
@@ -37,7 +56,13 @@ pub fn run<K: Object>(
             Ok(Some(point)) => point,
         };
         let started = Instant::now();
-        let mut keys: Vec<&ObjectKey> = point.changed.iter().collect();
+        let every: Vec<ObjectKey>;
+        let mut keys: Vec<&ObjectKey> = if fresh {
+            every = point.snapshot.keys();
+            every.iter().collect()
+        } else {
+            point.changed.iter().collect()
+        };
         // In key order: neighbouring B-tree pages are written together.
         keys.sort_unstable();
         let states: Vec<(&str, Option<Arc<K>>)> = keys
@@ -49,8 +74,9 @@ pub fn run<K: Object>(
             resource_version: &point.resource_version,
             count: point.snapshot.len() as u64,
         };
-        match write(&db, commit, encode) {
+        match write(&db, commit, encode, &mut values) {
             Ok(written) => {
+                fresh = false;
                 stats.commits.fetch_add(1, Ordering::Relaxed);
                 stats
                     .objects_written

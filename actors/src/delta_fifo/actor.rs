@@ -27,6 +27,7 @@ use tokio::sync::watch;
 use super::fifo_queue::{FifoQueue, usable};
 use super::messages::{Enqueue, FifoClosed, ListPage, Progress, Replace, WatchDelta};
 use super::options::FifoOptions;
+use super::origin::PopulationOrigin;
 use crate::answer::Answer;
 use crate::delta::PopReceipt;
 use crate::indexer::{CacheReader, FifoSynced, Indexer, Process};
@@ -59,12 +60,11 @@ pub struct DeltaFifo<K: Resource + Send + Sync + 'static> {
     /// `accepted_rv` moved on since the last batch that told the Indexer
     /// where the cache stands (a bookmark with nothing queued).
     progress_untold: bool,
-    /// The initial population (the first replace) is a snapshot restored from disk.
-    restored: bool,
+    /// Whether the initial population is a snapshot restored from disk.
+    origin: PopulationOrigin,
     /// A list's pages are arriving: the cache is at no one resourceVersion
     /// until its end.
     listing: bool,
-    replaced_once: bool,
     stats: Arc<FifoStats>,
     span: tracing::Span,
 }
@@ -89,9 +89,8 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
             synced,
             accepted_rv: String::new(),
             progress_untold: false,
-            restored: false,
+            origin: PopulationOrigin::default(),
             listing: false,
-            replaced_once: false,
             stats,
             span: tracing::Span::none(),
         }
@@ -151,7 +150,8 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
         }
         let receipts: Vec<PopReceipt> = batch.iter().map(|p| p.receipt.clone()).collect();
         self.in_flight = true;
-        let restored = self.restored && batch.first().is_some_and(|p| p.is_in_initial_list);
+        let restored =
+            self.origin.restored() && batch.first().is_some_and(|p| p.is_in_initial_list);
         let consistent_at =
             (self.queue.pending_deltas() == 0 && !self.listing).then(|| self.accepted_rv.clone());
         if consistent_at.is_some() {
@@ -259,8 +259,7 @@ impl<K: Resource + Send + Sync + 'static> Handler<ListPage<K>> for DeltaFifo<K> 
 
     fn handle(&mut self, msg: ListPage<K>, ctx: &mut Context<Self>) -> Self::Result {
         let _span = self.span.clone().entered();
-        // Only the first list can be the initial population (DF-15).
-        self.replaced_once = true;
+        self.origin.page(msg.restored);
         self.listing = true;
         if let Err(err) = self.queue.list_page(usable(msg.objects), msg.first) {
             tracing::error!(%err, "list page failed");
@@ -277,11 +276,7 @@ impl<K: Resource + Send + Sync + 'static> Handler<Replace<K>> for DeltaFifo<K> {
         let _span = self.span.clone().entered();
         let known = self.known.snapshot();
         let objects = usable(msg.objects);
-        // Only the first replace can be the initial population (DF-15).
-        if !self.replaced_once {
-            self.replaced_once = true;
-            self.restored = msg.restored;
-        }
+        self.origin.end(msg.restored);
         let result = if msg.continues && self.listing {
             self.queue.finish_list(objects, &known)
         } else {
@@ -392,6 +387,7 @@ mod tests {
             Box::pin(fifo.send(ListPage {
                 objects: list(340),
                 first: true,
+                restored: false,
             })) as std::pin::Pin<Box<dyn Future<Output = _>>>
         } else {
             Box::pin(fifo.send(Replace {
@@ -417,6 +413,150 @@ mod tests {
             stats.queued_deltas.load(Ordering::SeqCst) < 64,
             "{ordering:?}"
         );
+    }
+
+    /// Records each event's key and cause.
+    struct Causes(Arc<std::sync::Mutex<Vec<(String, crate::event::Cause)>>>);
+
+    impl Actor for Causes {
+        type Context = Context<Self>;
+    }
+
+    impl Handler<Event<ConfigMap>> for Causes {
+        type Result = ();
+
+        fn handle(&mut self, e: Event<ConfigMap>, _: &mut Context<Self>) {
+            let mut seen = self.0.lock().unwrap();
+            seen.push((e.key().to_string(), e.cause()));
+        }
+    }
+
+    /// A fifo over an Indexer with one subscriber recording causes.
+    async fn fifo_with_causes() -> (
+        Addr<DeltaFifo<ConfigMap>>,
+        Arc<std::sync::Mutex<Vec<(String, crate::event::Cause)>>>,
+        watch::Receiver<bool>,
+    ) {
+        let cache = Cache::<ConfigMap>::new();
+        let reader = cache.reader();
+        let indexer = Indexer::new(cache, Arc::new(IndexerStats::default())).start();
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let listener = Listener::new(
+            SubscriberId(1),
+            Causes(seen.clone()).start().recipient(),
+            ListenerOptions {
+                policy: OverflowPolicy::Block,
+                capacity: 64,
+            },
+            watch::channel(false).0,
+            Arc::new(ListenerStats::default()),
+        );
+        indexer
+            .send(Subscribe::start(SubscriberId(1), listener))
+            .await
+            .unwrap();
+        let (synced_tx, synced) = watch::channel(false);
+        let fifo = DeltaFifo::new(
+            reader,
+            indexer,
+            FifoOptions::default(),
+            synced_tx,
+            Arc::new(FifoStats::default()),
+        )
+        .start();
+        (fifo, seen, synced)
+    }
+
+    async fn wait_for(seen: &std::sync::Mutex<Vec<(String, crate::event::Cause)>>, n: usize) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while seen.lock().unwrap().len() < n {
+            assert!(std::time::Instant::now() < deadline, "{n} events");
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+    }
+
+    fn page(names: &[&str], first: bool, restored: bool) -> ListPage<ConfigMap> {
+        ListPage {
+            objects: names.iter().map(|n| cm(n)).collect(),
+            first,
+            restored,
+        }
+    }
+
+    /// A snapshot restored in pages is one initial population: every add
+    /// is `Restored`, and the queue is synced only at its end.
+    #[actix::test]
+    async fn a_snapshot_restored_in_pages_is_one_restored_population() {
+        use crate::event::Cause;
+        let (fifo, seen, synced) = fifo_with_causes().await;
+        fifo.send(page(&["a", "b"], true, true))
+            .await
+            .unwrap()
+            .unwrap();
+        fifo.send(page(&["c"], false, true)).await.unwrap().unwrap();
+        wait_for(&seen, 3).await;
+        assert!(!*synced.borrow(), "not synced before the snapshot's end");
+        let end = Replace {
+            objects: Vec::new(),
+            resource_version: "10".into(),
+            restored: true,
+            continues: true,
+        };
+        fifo.send(end).await.unwrap().unwrap();
+        let mut synced = synced.clone();
+        tokio::time::timeout(std::time::Duration::from_secs(5), synced.wait_for(|s| *s))
+            .await
+            .expect("synced")
+            .unwrap();
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 3);
+        assert!(seen.iter().all(|(_, c)| *c == Cause::Restored), "{seen:?}");
+    }
+
+    /// A restore cut short (its snapshot damaged after a page) is completed
+    /// by a list: what was restored is `Restored`, the list's new objects
+    /// `Initial`, and the list's end deletes what it no longer holds.
+    #[actix::test]
+    async fn a_restore_cut_short_is_completed_by_a_list() {
+        use crate::event::Cause;
+        let (fifo, seen, synced) = fifo_with_causes().await;
+        fifo.send(page(&["a", "b"], true, true))
+            .await
+            .unwrap()
+            .unwrap();
+        wait_for(&seen, 2).await;
+        fifo.send(page(&["a", "c"], true, false))
+            .await
+            .unwrap()
+            .unwrap();
+        let end = Replace {
+            objects: vec![cm("d")],
+            resource_version: "20".into(),
+            restored: false,
+            continues: true,
+        };
+        fifo.send(end).await.unwrap().unwrap();
+        let mut synced = synced.clone();
+        tokio::time::timeout(std::time::Duration::from_secs(5), synced.wait_for(|s| *s))
+            .await
+            .expect("synced")
+            .unwrap();
+        wait_for(&seen, 5).await;
+        let seen = seen.lock().unwrap().clone();
+        let of = |k: &str| -> Vec<Cause> {
+            seen.iter()
+                .filter(|(key, _)| key == &format!("ns/{k}"))
+                .map(|(_, c)| *c)
+                .collect()
+        };
+        assert_eq!(of("a"), [Cause::Restored], "unchanged: no second event");
+        assert_eq!(
+            of("b"),
+            [Cause::Restored, Cause::Relist],
+            "restored, then gone"
+        );
+        assert_eq!(of("c"), [Cause::Initial]);
+        assert_eq!(of("d"), [Cause::Initial]);
     }
 
     fn names(point: &crate::indexer::ConsistentPoint<ConfigMap>) -> Vec<String> {
@@ -487,6 +627,7 @@ mod tests {
         fifo.send(ListPage {
             objects: page,
             first: true,
+            restored: false,
         })
         .await
         .unwrap()

@@ -37,6 +37,9 @@ pub struct ListPage<K> {
     /// The first page of a list: pages of an earlier list that never ended
     /// are void.
     pub first: bool,
+    /// A page of a snapshot restored from disk, not of a list: as the
+    /// initial population, its adds are `Cause::Restored`.
+    pub restored: bool,
 }
 
 impl<K: 'static> Message for ListPage<K> {

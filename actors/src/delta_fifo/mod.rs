@@ -44,6 +44,8 @@
 //! - [`queue`] and [`real_fifo`]: the two pure state machines;
 //!   [`fifo_queue`]: the interface the actor uses.
 //! - `in_flight.rs`, `population.rs` (private): what both share.
+//! - `origin.rs` (private): whether the initial population is a snapshot
+//!   restored from disk (the actor's, beside the queue).
 //! - [`actor`]: the actor that owns the queue ([`DeltaFifo`]); [`options`]:
 //!   its configuration; [`messages`]: what it takes ([`Enqueue`], [`ListPage`],
 //!   [`Replace`], [`Progress`]).
@@ -53,6 +55,7 @@ pub mod fifo_queue;
 mod in_flight;
 pub mod messages;
 pub mod options;
+mod origin;
 mod population;
 pub mod queue;
 pub mod real_fifo;

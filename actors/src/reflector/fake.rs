@@ -20,7 +20,7 @@ use super::sink::Sink;
 use super::source::{ListerWatcher, PageRequest, WatchStream};
 use super::state::{ReflectorOptions, ReflectorState, WatchRequest};
 use super::stats::ReflectorStats;
-use super::warm_start::{RestoreFn, Restored};
+use super::warm_start::{RestoreFn, Restored, RestoredPage};
 use crate::delta_fifo::{FifoClosed, WatchDelta};
 
 /// One step of a scripted watch stream; a stream whose steps run out closes cleanly.
@@ -219,6 +219,8 @@ pub struct Recorder {
     received: Rc<RefCell<Vec<(Duration, String)>>>,
     /// The pages of the list in progress.
     pages: Rc<RefCell<Vec<String>>>,
+    /// The pages of the snapshot being restored.
+    restored: Rc<RefCell<Vec<String>>>,
     /// Every page received before its list ended, as `[name@rv ...]`, with
     /// whether it was a list's first.
     handed: Rc<RefCell<Vec<(bool, String)>>>,
@@ -230,6 +232,7 @@ impl Default for Recorder {
         Recorder {
             received: Rc::default(),
             pages: Rc::default(),
+            restored: Rc::default(),
             handed: Rc::default(),
             start: Instant::now(),
         }
@@ -254,6 +257,11 @@ impl Recorder {
     /// The pages handed over before their lists ended.
     pub fn pages(&self) -> Vec<(bool, String)> {
         self.handed.borrow().clone()
+    }
+
+    /// The pages of a restore that has not ended, as `name@rv`.
+    pub fn restoring(&self) -> Vec<String> {
+        self.restored.borrow().clone()
     }
 
     fn push(&self, what: String) {
@@ -292,8 +300,25 @@ impl Sink<ConfigMap> for Recorder {
         Ok(())
     }
 
-    async fn restore(&self, objects: Vec<Arc<ConfigMap>>, rv: String) -> Result<(), FifoClosed> {
-        let names: Vec<String> = objects.iter().map(|o| name_at(o)).collect();
+    /// A snapshot's pages are kept and shown with its end, as one `restore`.
+    async fn restore_page(
+        &self,
+        objects: Vec<Arc<ConfigMap>>,
+        first: bool,
+    ) -> Result<(), FifoClosed> {
+        let mut restored = self.restored.borrow_mut();
+        if first {
+            restored.clear();
+        }
+        restored.extend(objects.iter().map(|o| name_at(o)));
+        Ok(())
+    }
+
+    async fn restore_end(&self, rv: String, continues: bool) -> Result<(), FifoClosed> {
+        let mut names = std::mem::take(&mut *self.restored.borrow_mut());
+        if !continues {
+            names.clear();
+        }
         self.push(format!("restore {rv} [{}]", names.join(" ")));
         Ok(())
     }
@@ -325,6 +350,8 @@ pub struct Driven {
     /// A snapshot the first run starts from: its resourceVersion and
     /// `(name, rv)` objects.
     pub restore: Option<(&'static str, Vec<(&'static str, &'static str)>)>,
+    /// The snapshot turns out damaged after its objects.
+    pub restore_damaged: bool,
 }
 
 impl Driven {
@@ -337,6 +364,7 @@ impl Driven {
             rv: watch::channel(String::new()).1,
             jitter: || 0.0,
             restore: None,
+            restore_damaged: false,
         }
     }
 
@@ -344,13 +372,21 @@ impl Driven {
     pub async fn run_for(&mut self, until: Duration) {
         let (rv, rx) = watch::channel(String::new());
         self.rv = rx;
+        let damaged = self.restore_damaged;
         let mut restore = self.restore.take().map(|(at, objects)| {
+            let objects: Vec<_> = objects
+                .iter()
+                .map(|(name, rv)| crate::testing::configmap(name, rv))
+                .collect();
+            let (tx, pages) = tokio::sync::mpsc::channel(2);
+            let _ = tx.try_send(RestoredPage::Objects(objects));
+            let _ = tx.try_send(match damaged {
+                true => RestoredPage::Damaged("damaged".to_owned()),
+                false => RestoredPage::Complete,
+            });
             let restored = Restored {
-                objects: objects
-                    .iter()
-                    .map(|(name, rv)| crate::testing::configmap(name, rv))
-                    .collect(),
                 resource_version: at.to_owned(),
+                pages,
             };
             let read: RestoreFn<ConfigMap> =
                 Box::new(move || Box::pin(async move { Some(restored) }));

@@ -29,7 +29,7 @@ use super::source::{ListerWatcher, WatchStream};
 use super::state::{Next, ReflectorState, WatchEnd};
 use super::stats::{ReflectorStats, WatchEndReason};
 use super::streaming_list::{Initial, initial_events};
-use super::warm_start::{RestoreFn, Restored, WarmStart};
+use super::warm_start::{RestoreFn, Restored, RestoredPage, WarmStart};
 use crate::delta_fifo::WatchDelta;
 use crate::indexer::CacheReader;
 
@@ -208,10 +208,13 @@ where
         if let Some(restore) = self.restore.take() {
             let started = Instant::now();
             if let Some(restored) = restore().await {
-                if let Err(exit) = self.resume(restored, started).await {
-                    return exit;
+                match self.resume(restored, started).await {
+                    Err(exit) => return exit,
+                    Ok(true) => return self.watch(None).await,
+                    // Cut short: what was restored stays, as a list's pages
+                    // would, and the list below completes it.
+                    Ok(false) => {}
                 }
-                return self.watch(None).await;
             }
         }
         if !delay.is_zero() {
@@ -225,17 +228,39 @@ where
         self.watch(handed_over).await
     }
 
-    /// Hands a restored snapshot to the sink in place of the first list;
-    /// the watch then starts from its resourceVersion.
-    async fn resume(&mut self, restored: Restored<K>, started: Instant) -> Result<(), Exit> {
+    /// Hands a restored snapshot to the sink page by page, in place of the
+    /// first list; the watch then starts from its resourceVersion (`true`).
+    /// `false`: the snapshot turned out damaged after its first pages, and
+    /// the run lists instead.
+    async fn resume(&mut self, restored: Restored<K>, started: Instant) -> Result<bool, Exit> {
         let Restored {
-            objects,
             resource_version,
+            mut pages,
         } = restored;
-        let count = objects.len() as u64;
+        let mut count = 0u64;
+        let mut first = true;
+        loop {
+            let page = match pages.recv().await {
+                Some(RestoredPage::Objects(page)) => page,
+                Some(RestoredPage::Complete) => break,
+                damaged => {
+                    let why = match damaged {
+                        Some(RestoredPage::Damaged(why)) => why,
+                        _ => "the snapshot's reader stopped".to_owned(),
+                    };
+                    tracing::warn!(restored = count, %why, "the snapshot could not be read on; listing");
+                    return Ok(false);
+                }
+            };
+            count += page.len() as u64;
+            let was_first = std::mem::replace(&mut first, false);
+            if self.sink.restore_page(page, was_first).await.is_err() {
+                return Err(Exit::SinkClosed);
+            }
+        }
         if self
             .sink
-            .restore(objects, resource_version.clone())
+            .restore_end(resource_version.clone(), !first)
             .await
             .is_err()
         {
@@ -248,7 +273,7 @@ where
         self.stats.restore_ms.store(millis(took), Ordering::Relaxed);
         self.stats.warm_start.set(WarmStart::Restored);
         tracing::info!(objects = count, rv = %resource_version, ?took, "restored the cache from its snapshot; watching from its resourceVersion");
-        Ok(())
+        Ok(true)
     }
 
     /// The list phase (R-8 .. R-13), or a streaming list (R-24 .. R-27),
@@ -624,6 +649,28 @@ mod tests {
         );
         assert_eq!(d.stats.warm_start.get(), WarmStart::Relisted);
         assert_eq!(watched(&d), ["10", "20"]);
+    }
+
+    /// A snapshot found damaged after its first page: that page stays
+    /// handed over (as a list's cut short), no watch starts from the
+    /// snapshot, and the run lists at once; the list's end diffs against
+    /// what was restored.
+    #[tokio::test(start_paused = true)]
+    async fn a_snapshot_damaged_partway_is_completed_by_a_list() {
+        let mut d = Driven::new(ReflectorOptions::default());
+        d.restore = Some(("10", vec![("a", "1"), ("b", "2")]));
+        d.restore_damaged = true;
+        d.source
+            .page("20", &[("a", "1"), ("c", "20")], None)
+            .watch(&[Step::Hang]);
+        d.run_for(MINUTE).await;
+        assert_eq!(d.sink.restoring(), ["a@1", "b@2"]);
+        assert_eq!(d.sink.received(), ["replace 20 [a@1 c@20]"]);
+        assert_eq!(lists(&d), 1);
+        assert_eq!(watched(&d), ["20"]);
+        assert_eq!(d.stats.warm_start.get(), WarmStart::Cold);
+        let log = d.source.log();
+        assert_eq!(log[0].0, Duration::ZERO, "listed at once");
     }
 
     /// pages until the last, one Replace with the

@@ -39,22 +39,36 @@ pub trait Sink<K> {
         let _ = resource_version;
     }
 
-    /// A snapshot restored from disk, at its resourceVersion, in place of
-    /// the first list. By default, a `replace`.
-    fn restore(
+    /// One page of a snapshot restored from disk, in place of the first
+    /// list's (`first`: its first page). By default, a `list_page`.
+    fn restore_page(
         &self,
         objects: Vec<Arc<K>>,
-        resource_version: String,
+        first: bool,
     ) -> impl Future<Output = Result<(), FifoClosed>> {
-        self.replace(objects, resource_version, false)
+        self.list_page(objects, first)
+    }
+
+    /// The end of a restored snapshot (after its pages when `continues`):
+    /// the cache is the state at `resource_version`. By default, a
+    /// `replace`.
+    fn restore_end(
+        &self,
+        resource_version: String,
+        continues: bool,
+    ) -> impl Future<Output = Result<(), FifoClosed>> {
+        self.replace(Vec::new(), resource_version, continues)
     }
 }
 
 impl<K: crate::Object> Sink<K> for Addr<DeltaFifo<K>> {
     async fn list_page(&self, objects: Vec<Arc<K>>, first: bool) -> Result<(), FifoClosed> {
-        self.send(ListPage { objects, first })
-            .await
-            .unwrap_or(Err(FifoClosed))
+        let page = ListPage {
+            objects,
+            first,
+            restored: false,
+        };
+        self.send(page).await.unwrap_or(Err(FifoClosed))
     }
 
     async fn replace(
@@ -72,16 +86,25 @@ impl<K: crate::Object> Sink<K> for Addr<DeltaFifo<K>> {
         self.send(replace).await.unwrap_or(Err(FifoClosed))
     }
 
-    async fn restore(
+    async fn restore_page(&self, objects: Vec<Arc<K>>, first: bool) -> Result<(), FifoClosed> {
+        let page = ListPage {
+            objects,
+            first,
+            restored: true,
+        };
+        self.send(page).await.unwrap_or(Err(FifoClosed))
+    }
+
+    async fn restore_end(
         &self,
-        objects: Vec<Arc<K>>,
         resource_version: String,
+        continues: bool,
     ) -> Result<(), FifoClosed> {
         let replace = Replace {
-            objects,
+            objects: Vec::new(),
             resource_version,
             restored: true,
-            continues: false,
+            continues,
         };
         self.send(replace).await.unwrap_or(Err(FifoClosed))
     }

@@ -16,13 +16,46 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-/// A snapshot read from disk: the objects, and the resourceVersion they are
-/// the server's state at.
+/// A snapshot being read from disk: the resourceVersion it is the server's
+/// state at, and its objects a page at a time as they are read and decoded
+/// (a long snapshot is cached while it is read, as a paginated list is).
 pub struct Restored<K> {
-    /// Every object of the snapshot.
-    pub objects: Vec<Arc<K>>,
     /// The resourceVersion the snapshot is consistent at.
     pub resource_version: String,
+    /// Its pages, in order, then [`RestoredPage::Complete`].
+    pub pages: RestoredPages<K>,
+}
+
+/// What a snapshot being read hands on.
+#[derive(Debug)]
+pub enum RestoredPage<K> {
+    /// Its next objects, in order.
+    Objects(Vec<Arc<K>>),
+    /// The whole snapshot was read: the objects before are its state at
+    /// its resourceVersion.
+    Complete,
+    /// It could not be read on (damaged after its first pages), with why:
+    /// what was restored stays, like the pages of a list cut short, and the
+    /// Reflector lists. So are pages that end without `Complete`.
+    Damaged(String),
+}
+
+/// The pages of a [`Restored`] snapshot.
+pub type RestoredPages<K> = tokio::sync::mpsc::Receiver<RestoredPage<K>>;
+
+impl<K> Restored<K> {
+    /// A snapshot already in memory, as one page (tests and fakes).
+    pub fn whole(resource_version: String, objects: Vec<Arc<K>>) -> Self {
+        let (tx, pages) = tokio::sync::mpsc::channel(2);
+        if !objects.is_empty() {
+            let _ = tx.try_send(RestoredPage::Objects(objects));
+        }
+        let _ = tx.try_send(RestoredPage::Complete);
+        Restored {
+            resource_version,
+            pages,
+        }
+    }
 }
 
 /// Reads the snapshot when the Reflector's first run starts (`None`: there
