@@ -335,6 +335,8 @@ pub struct Written {
     pub removed: u64,
     /// Bytes stored for the objects written (compressed).
     pub bytes: u64,
+    /// The JSON of the objects written.
+    pub json_bytes: u64,
 }
 
 /// One consistent state to commit: the state of each changed key (`None`:
@@ -390,6 +392,7 @@ pub fn write<K>(
                         .map_err(|e| write(&e))?;
                     written.objects += 1;
                     written.bytes += stored.len() as u64;
+                    written.json_bytes += json.len() as u64;
                 }
                 None => {
                     if objects.remove(key).map_err(|e| write(&e))?.is_some() {

@@ -12,6 +12,7 @@ pub(crate) struct PersistStats {
     pub objects_written: AtomicU64,
     pub objects_removed: AtomicU64,
     pub bytes_written: AtomicU64,
+    pub json_bytes_written: AtomicU64,
     pub write_micros: AtomicU64,
     pub discarded: AtomicU64,
     text: Mutex<Texts>,
@@ -58,6 +59,7 @@ impl PersistStats {
             objects_written: r(&self.objects_written),
             objects_removed: r(&self.objects_removed),
             bytes_written: r(&self.bytes_written),
+            json_bytes_written: r(&self.json_bytes_written),
             write_micros: r(&self.write_micros),
             discarded: r(&self.discarded),
             discarded_because: t.discarded,
@@ -85,6 +87,8 @@ pub struct PersistStatus {
     pub objects_removed: u64,
     /// Bytes stored for the objects written (their JSON, compressed).
     pub bytes_written: u64,
+    /// The objects' JSON those bytes hold (before compression).
+    pub json_bytes_written: u64,
     /// Time spent writing, in microseconds (encoding and committing).
     pub write_micros: u64,
     /// Snapshots discarded at start (0 or 1).

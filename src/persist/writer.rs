@@ -87,6 +87,9 @@ pub fn run<K: Object>(
                 stats
                     .bytes_written
                     .fetch_add(written.bytes, Ordering::Relaxed);
+                stats
+                    .json_bytes_written
+                    .fetch_add(written.json_bytes, Ordering::Relaxed);
                 let took = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
                 stats.write_micros.fetch_add(took, Ordering::Relaxed);
                 stats.set_resource_version(&point.resource_version);

@@ -484,6 +484,7 @@ impl<K: Object> Under for KinUnder<K> {
             "commits": p.commits,
             "objects_written": p.objects_written,
             "bytes_written": p.bytes_written,
+            "json_bytes_written": p.json_bytes_written,
             "write_micros": p.write_micros,
             "file_bytes": p.file_bytes,
             "writer_cpu_ms": crate::mem::thread_cpu_ms("kinformer-snaps"),
@@ -546,6 +547,7 @@ impl<K: Object> Under for KinUnder<K> {
             "commits": p.commits,
             "objects_written": p.objects_written,
             "bytes_written": p.bytes_written,
+            "json_bytes_written": p.json_bytes_written,
             "write_micros": p.write_micros,
             "discarded": p.discarded,
         }))
