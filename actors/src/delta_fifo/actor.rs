@@ -345,17 +345,20 @@ mod tests {
         replace_waits_for_room(FifoOrdering::Merged, true).await;
     }
 
-    async fn replace_waits_for_room(ordering: FifoOrdering, paged: bool) {
+    /// An Indexer over an empty cache, with one `Block` subscriber.
+    async fn indexer_with(
+        subscriber: Recipient<Event<ConfigMap>>,
+        capacity: usize,
+    ) -> (Addr<Indexer<ConfigMap>>, CacheReader<ConfigMap>) {
         let cache = Cache::<ConfigMap>::new();
         let reader = cache.reader();
         let indexer = Indexer::new(cache, Arc::new(IndexerStats::default())).start();
-        let (gate, closed) = watch::channel(false);
         let listener = Listener::new(
             SubscriberId(1),
-            Stalled(closed).start().recipient(),
+            subscriber,
             ListenerOptions {
                 policy: OverflowPolicy::Block,
-                capacity: 1,
+                capacity,
             },
             watch::channel(false).0,
             Arc::new(ListenerStats::default()),
@@ -364,6 +367,12 @@ mod tests {
             .send(Subscribe::start(SubscriberId(1), listener))
             .await
             .unwrap();
+        (indexer, reader)
+    }
+
+    async fn replace_waits_for_room(ordering: FifoOrdering, paged: bool) {
+        let (gate, closed) = watch::channel(false);
+        let (indexer, reader) = indexer_with(Stalled(closed).start().recipient(), 1).await;
         let stats = Arc::new(FifoStats::default());
         let fifo = DeltaFifo::new(
             reader,
@@ -437,24 +446,8 @@ mod tests {
         Arc<std::sync::Mutex<Vec<(String, crate::event::Cause)>>>,
         watch::Receiver<bool>,
     ) {
-        let cache = Cache::<ConfigMap>::new();
-        let reader = cache.reader();
-        let indexer = Indexer::new(cache, Arc::new(IndexerStats::default())).start();
         let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let listener = Listener::new(
-            SubscriberId(1),
-            Causes(seen.clone()).start().recipient(),
-            ListenerOptions {
-                policy: OverflowPolicy::Block,
-                capacity: 64,
-            },
-            watch::channel(false).0,
-            Arc::new(ListenerStats::default()),
-        );
-        indexer
-            .send(Subscribe::start(SubscriberId(1), listener))
-            .await
-            .unwrap();
+        let (indexer, reader) = indexer_with(Causes(seen.clone()).start().recipient(), 64).await;
         let (synced_tx, synced) = watch::channel(false);
         let fifo = DeltaFifo::new(
             reader,
@@ -473,6 +466,28 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "{n} events");
             tokio::time::sleep(std::time::Duration::from_millis(1)).await;
         }
+    }
+
+    /// Ends a paged list (or restored snapshot) with `objects` and waits
+    /// until the queue is synced.
+    async fn end_and_sync(
+        fifo: &Addr<DeltaFifo<ConfigMap>>,
+        synced: &watch::Receiver<bool>,
+        objects: Vec<Arc<ConfigMap>>,
+        restored: bool,
+    ) {
+        let end = Replace {
+            objects,
+            resource_version: "10".into(),
+            restored,
+            continues: true,
+        };
+        fifo.send(end).await.unwrap().unwrap();
+        let mut synced = synced.clone();
+        tokio::time::timeout(std::time::Duration::from_secs(5), synced.wait_for(|s| *s))
+            .await
+            .expect("synced")
+            .unwrap();
     }
 
     fn page(names: &[&str], first: bool, restored: bool) -> ListPage<ConfigMap> {
@@ -496,18 +511,7 @@ mod tests {
         fifo.send(page(&["c"], false, true)).await.unwrap().unwrap();
         wait_for(&seen, 3).await;
         assert!(!*synced.borrow(), "not synced before the snapshot's end");
-        let end = Replace {
-            objects: Vec::new(),
-            resource_version: "10".into(),
-            restored: true,
-            continues: true,
-        };
-        fifo.send(end).await.unwrap().unwrap();
-        let mut synced = synced.clone();
-        tokio::time::timeout(std::time::Duration::from_secs(5), synced.wait_for(|s| *s))
-            .await
-            .expect("synced")
-            .unwrap();
+        end_and_sync(&fifo, &synced, Vec::new(), true).await;
         let seen = seen.lock().unwrap().clone();
         assert_eq!(seen.len(), 3);
         assert!(seen.iter().all(|(_, c)| *c == Cause::Restored), "{seen:?}");
@@ -529,18 +533,7 @@ mod tests {
             .await
             .unwrap()
             .unwrap();
-        let end = Replace {
-            objects: vec![cm("d")],
-            resource_version: "20".into(),
-            restored: false,
-            continues: true,
-        };
-        fifo.send(end).await.unwrap().unwrap();
-        let mut synced = synced.clone();
-        tokio::time::timeout(std::time::Duration::from_secs(5), synced.wait_for(|s| *s))
-            .await
-            .expect("synced")
-            .unwrap();
+        end_and_sync(&fifo, &synced, vec![cm("d")], false).await;
         wait_for(&seen, 5).await;
         let seen = seen.lock().unwrap().clone();
         let of = |k: &str| -> Vec<Cause> {

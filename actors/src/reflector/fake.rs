@@ -350,8 +350,19 @@ pub struct Driven {
     /// A snapshot the first run starts from: its resourceVersion and
     /// `(name, rv)` objects.
     pub restore: Option<(&'static str, Vec<(&'static str, &'static str)>)>,
-    /// The snapshot turns out damaged after its objects.
-    pub restore_damaged: bool,
+    /// How the snapshot's pages end after its objects.
+    pub restore_end: SnapshotEnd,
+}
+
+/// How a fake snapshot's pages end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SnapshotEnd {
+    /// Read whole.
+    Complete,
+    /// Found damaged.
+    Damaged,
+    /// The reader stopped without a word (its thread panicked).
+    ReaderGone,
 }
 
 impl Driven {
@@ -364,7 +375,7 @@ impl Driven {
             rv: watch::channel(String::new()).1,
             jitter: || 0.0,
             restore: None,
-            restore_damaged: false,
+            restore_end: SnapshotEnd::Complete,
         }
     }
 
@@ -372,7 +383,7 @@ impl Driven {
     pub async fn run_for(&mut self, until: Duration) {
         let (rv, rx) = watch::channel(String::new());
         self.rv = rx;
-        let damaged = self.restore_damaged;
+        let damaged = self.restore_end;
         let mut restore = self.restore.take().map(|(at, objects)| {
             let objects: Vec<_> = objects
                 .iter()
@@ -380,10 +391,11 @@ impl Driven {
                 .collect();
             let (tx, pages) = tokio::sync::mpsc::channel(2);
             let _ = tx.try_send(RestoredPage::Objects(objects));
-            let _ = tx.try_send(match damaged {
-                true => RestoredPage::Damaged("damaged".to_owned()),
-                false => RestoredPage::Complete,
-            });
+            match damaged {
+                SnapshotEnd::Complete => drop(tx.try_send(RestoredPage::Complete)),
+                SnapshotEnd::Damaged => drop(tx.try_send(RestoredPage::Damaged("damaged".into()))),
+                SnapshotEnd::ReaderGone => {}
+            }
             let restored = Restored {
                 resource_version: at.to_owned(),
                 pages,
