@@ -200,14 +200,8 @@ fn read_pages_checked<K: Send + Sync>(
             let (tx, rx) = std::sync::mpsc::sync_channel::<(usize, Chunk)>(QUEUED_CHUNKS);
             senders.push(tx);
             let decoded_tx = decoded_tx.clone();
+            let mut values = ValueReader::new(dictionary)?;
             workers.push(scope.spawn(move || {
-                let mut values = match ValueReader::new(dictionary) {
-                    Ok(values) => values,
-                    Err(e) => {
-                        let _ = decoded_tx.send((0, Err(e)));
-                        return;
-                    }
-                };
                 let mut decoder = ObjectDecoder::default();
                 for (i, chunk) in rx {
                     let objects = chunk
