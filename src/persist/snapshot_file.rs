@@ -228,13 +228,18 @@ fn read_pages_checked<K: Send + Sync>(
         let mut wanted = true;
         let mut hand_on =
             |got: Decoded<K>, next: &mut usize, wanted: &mut bool| -> Result<(), SnapshotError> {
+                // Once the reader wants no more, what comes after is not
+                // looked at: a damaged chunk it never asked for is no error.
+                if !*wanted {
+                    return Ok(());
+                }
                 ahead.insert(got.0, got.1);
-                while let Some(objects) = ahead.remove(next) {
+                while *wanted {
+                    let Some(objects) = ahead.remove(next) else {
+                        break;
+                    };
                     *next += 1;
-                    let objects = objects?;
-                    if *wanted {
-                        *wanted = page(objects);
-                    }
+                    *wanted = page(objects?);
                 }
                 Ok(())
             };
