@@ -106,7 +106,8 @@ pub use kinformer_actors::reflector::{
 };
 pub use kinformer_actors::resync::MINIMUM_RESYNC_PERIOD;
 pub use kinformer_actors::{
-    Cause, DeletedObject, Event, EventBatch, KeyError, ObjectKey, SubscriberId, Tombstone,
+    Cause, DeletedObject, Event, EventBatch, KeyError, ObjectKey, OldObject, SubscriberId,
+    Tombstone, UndecodableObject,
 };
 /// kube's metadata-only object: what a [`Informer::metadata`] informer caches.
 pub use kube::core::PartialObjectMeta;

@@ -89,7 +89,7 @@ fn history(fresh_objects: bool) -> Vec<Event<ConfigMap>> {
                 state[i] = Some(old.clone());
                 Event::Updated {
                     key: key.clone(),
-                    old: old.clone(),
+                    old: old.clone().into(),
                     new: old,
                     cause: Cause::Resync,
                 }
@@ -99,7 +99,7 @@ fn history(fresh_objects: bool) -> Vec<Event<ConfigMap>> {
                 state[i] = Some(new.clone());
                 Event::Updated {
                     key: key.clone(),
-                    old,
+                    old: old.into(),
                     new,
                     cause: Cause::Watch,
                 }
@@ -366,7 +366,7 @@ fn bench_listener_fanout(c: &mut Criterion) {
                 let name = format!("cm-{}", i % KEYS);
                 Event::Updated {
                     key: ObjectKey::new(Some("bench"), &name),
-                    old: object(&name, i as u64),
+                    old: object(&name, i as u64).into(),
                     new: object(&name, i as u64 + 1),
                     cause: Cause::Watch,
                 }

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use crate::key::{DeletedObject, ObjectKey};
+use crate::old::OldObject;
 
 /// Why a notification was sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
@@ -60,8 +61,9 @@ pub enum Event<K> {
     Updated {
         /// Its key.
         key: ObjectKey,
-        /// The state the subscriber last saw.
-        old: Arc<K>,
+        /// The state the subscriber last saw. From a compact cache it may be
+        /// kept compressed until read: [`OldObject::get`] decodes it.
+        old: OldObject<K>,
         /// The new state.
         new: Arc<K>,
         /// `Watch`, `Relist` or `Resync`.

@@ -11,11 +11,13 @@ pub mod answer;
 pub mod delta;
 pub mod event;
 pub mod key;
+pub mod old;
 pub mod subscriber;
 
 pub use delta::{Delta, DeltaType, KnownObjects, PopReceipt, Popped};
 pub use event::{Cause, Event, EventBatch};
 pub use key::{DeletedObject, KeyError, ObjectKey, Tombstone};
+pub use old::{OldObject, UndecodableObject};
 pub use subscriber::SubscriberId;
 
 pub mod delta_fifo;

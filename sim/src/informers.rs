@@ -463,6 +463,12 @@ impl InformerProbe {
             for v in stream_violations(&log, 3) {
                 out.push(format!("{}: {v}", s.name));
             }
+            for v in &log.wrong_olds {
+                out.push(format!(
+                    "{}: an update's old state is not what it saw: {v}",
+                    s.name
+                ));
+            }
             if let Some(at) = s.unsubscribed_at
                 && log.events.len() > at
             {

@@ -52,7 +52,14 @@ pub struct Log {
     pub count: u64,
     /// Keep only `view` and `count`, not `events` (a long run's memory).
     pub forget_events: bool,
+    /// Updates whose `old` (read with `OldObject::get`, which decodes a
+    /// compact cache's compressed old state) is not the state the
+    /// subscriber last saw, or does not decode: the first few.
+    pub wrong_olds: Vec<String>,
 }
+
+/// At most this many wrong olds are kept.
+const WRONG_OLDS_KEPT: usize = 5;
 
 impl Log {
     /// A log that keeps the view and the count only.
@@ -86,8 +93,18 @@ pub fn record(log: &Mutex<Log>, event: &Event<ConfigMap>) -> usize {
                 tombstone: false,
             }
         }
-        Event::Updated { new, cause, .. } => {
-            log.view.insert(key.clone(), rv(new).unwrap_or_default());
+        Event::Updated {
+            old, new, cause, ..
+        } => {
+            let last_seen = log.view.insert(key.clone(), rv(new).unwrap_or_default());
+            let old_rv = old.get().map(|o| rv(&o).unwrap_or_default());
+            if old_rv.as_ref().ok() != last_seen.as_ref() && log.wrong_olds.len() < WRONG_OLDS_KEPT
+            {
+                log.wrong_olds.push(format!(
+                    "{key}: update ({cause:?}) to {:?} with old {old_rv:?}, last seen {last_seen:?}",
+                    rv(new)
+                ));
+            }
             Seen {
                 kind: Kind::Updated,
                 key,

@@ -83,14 +83,26 @@ impl<S: Object> Feeder<S> {
                 }
             }
             Keys::Mapped(map) => {
-                let states: [Option<&Arc<S>>; 2] = match event {
-                    Event::Added { object, .. } => [Some(object), None],
-                    Event::Updated { old, new, .. } => {
-                        [Some(new), (!Arc::ptr_eq(old, new)).then_some(old)]
-                    }
-                    Event::Deleted { object, .. } => [object.object(), None],
+                // An update maps its old state too (its keys may have
+                // moved); from a compact cache that decodes it here.
+                let states: [Option<Arc<S>>; 2] = match event {
+                    Event::Added { object, .. } => [Some(object.clone()), None],
+                    Event::Updated { old, new, .. } if old.is(new) => [Some(new.clone()), None],
+                    Event::Updated { old, new, .. } => [
+                        Some(new.clone()),
+                        old.get()
+                            .inspect_err(|e| {
+                                tracing::error!(
+                                    controller = %self.controller,
+                                    error = %e,
+                                    "the old state is not mapped"
+                                )
+                            })
+                            .ok(),
+                    ],
+                    Event::Deleted { object, .. } => [object.object().cloned(), None],
                 };
-                for state in states.into_iter().flatten() {
+                for state in states.iter().flatten() {
                     match std::panic::catch_unwind(AssertUnwindSafe(|| map(state))) {
                         Ok(keys) => out.extend(
                             keys.into_iter()

@@ -49,10 +49,11 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use kube::Resource;
 
-use super::compact::{Codec, CompactEntry, CompactError, CompactOptions};
+use super::compact::{Codec, CompactEntry, CompactError, CompactOptions, CompressedOld};
 use super::compaction::{Compaction, DictionaryState, Done, Job};
 use crate::delta::KnownObjects;
 use crate::key::ObjectKey;
+use crate::old::OldObject;
 
 /// An index function (IDX-6): the set of values an object is indexed under,
 /// or an error message. It must be pure.
@@ -88,8 +89,9 @@ pub enum CacheError {
 /// What [`Cache::upsert`] replaced, and the index functions that failed.
 #[derive(Debug)]
 pub struct Upserted<K> {
-    /// The object previously stored under the key, if any.
-    pub previous: Option<Arc<K>>,
+    /// The object previously stored under the key, if any: in a compact
+    /// cache, a compressed one is decoded only when read.
+    pub previous: Option<OldObject<K>>,
     /// One entry per index whose function failed on the new object.
     pub index_errors: Vec<IndexError>,
 }
@@ -323,6 +325,23 @@ impl<K> CacheView<K> {
     /// A stored object as an `Arc` (decoded if compact).
     fn load(&self, key: &ObjectKey, stored: &Stored<K>) -> Option<Arc<K>> {
         load(self.codec.as_deref(), key, stored)
+    }
+
+    /// `stored` as an update's old state: a compressed one stays compressed
+    /// until a subscriber reads it (`None` only for a compact entry without
+    /// a codec, which is never stored).
+    fn old(&self, key: ObjectKey, stored: Stored<K>) -> Option<OldObject<K>>
+    where
+        K: Send + Sync + 'static,
+    {
+        match (stored, &self.codec) {
+            (Stored::Decoded(o), _) => Some(o.into()),
+            (Stored::Fresh(f), _) => Some(f.obj.clone().into()),
+            (Stored::Compact(e), Some(codec)) => {
+                Some(CompressedOld::old_object(key, e, codec.clone()))
+            }
+            (Stored::Compact(_), None) => None,
+        }
     }
 
     /// Whether objects are stored compact ([`Cache::compact`]).
@@ -811,7 +830,7 @@ impl<K: Resource + Send + Sync + 'static> Cache<K> {
             && obj.meta().resource_version.as_deref() == Some(rv)
         {
             return Upserted {
-                previous: Some(obj),
+                previous: Some(obj.into()),
                 index_errors: Vec::new(),
             };
         }
@@ -842,7 +861,7 @@ impl<K: Resource + Send + Sync + 'static> Cache<K> {
         }
         let previous = previous.and_then(|p| {
             self.count(&p, false);
-            self.current.load(&key, &p)
+            self.current.old(key.clone(), p)
         });
         self.compact_behind(false);
         Upserted {
@@ -1328,16 +1347,16 @@ mod compact_tests {
         c.upsert(key("a"), at("one", "7"));
         let again = at("one", "7");
         let up = c.upsert(key("a"), again.clone());
-        assert!(Arc::ptr_eq(&up.previous.unwrap(), &again), "no decode");
+        assert!(up.previous.unwrap().is(&again), "no decode");
         // A new resourceVersion is a change: encoded and indexed again.
         let up = c.upsert(key("a"), at("two", "8"));
-        assert_eq!(val(&up.previous.unwrap()), "one");
+        assert_eq!(val(&up.previous.unwrap().get().unwrap()), "one");
         assert_eq!(keys_of(&c, "by_val", "two"), ["a"]);
         assert!(keys_of(&c, "by_val", "one").is_empty());
         // An empty resourceVersion never counts as unchanged.
         c.upsert(key("b"), at("x", ""));
         let up = c.upsert(key("b"), at("y", ""));
-        assert_eq!(val(&up.previous.unwrap()), "x");
+        assert_eq!(val(&up.previous.unwrap().get().unwrap()), "x");
         assert_eq!(val(&c.get("b").unwrap()), "y");
     }
 
@@ -1374,6 +1393,43 @@ mod compact_tests {
         // Its index entries still go with it: they were kept at insert.
         assert!(c.discard(&key("undecodable")));
         assert_eq!(keys_of(&c, "by_val", "v"), ["fine"]);
+    }
+
+    /// An update of a compressed entry hands its old state over compressed:
+    /// nothing is decoded until it is read, once, for every clone.
+    #[test]
+    fn an_updates_old_state_is_decoded_only_when_read() {
+        let mut c = new_cache();
+        let mut first = (*cm("a", "one")).clone();
+        first.metadata.resource_version = Some("7".into());
+        c.upsert(key("a"), Arc::new(first));
+        let errors = c.compact_stats().unwrap().decode_errors;
+        let old = c.upsert(key("a"), cm("a", "two")).previous.unwrap();
+        assert!(!old.is_decoded() && old.decoded().is_none());
+        assert_eq!(old.resource_version(), Some("7"), "read without decoding");
+        let copy = old.clone();
+        let decoded = old.get().unwrap();
+        assert_eq!(val(&decoded), "one");
+        assert!(copy.is(&decoded), "decoded once, shared by clones");
+        assert_eq!(c.compact_stats().unwrap().decode_errors, errors);
+    }
+
+    /// An old state that does not decode is an `Updated` whose `get` is a
+    /// typed error (counted), never a panic.
+    #[test]
+    fn an_old_state_that_does_not_decode_is_a_typed_error() {
+        let mut c = Cache::compact(picky_codec()).unwrap();
+        put(&mut c, "undecodable", "v");
+        let mut next = (*cm("undecodable", "w")).clone();
+        next.metadata.resource_version = Some("9".into());
+        let old = c
+            .upsert(key("undecodable"), Arc::new(next))
+            .previous
+            .expect("an update, not an add");
+        let e = old.get().unwrap_err();
+        assert!(e.key.contains("undecodable"), "{e}");
+        assert!(e.reason.contains("refused"), "{e}");
+        assert!(c.compact_stats().unwrap().decode_errors >= 1);
     }
 }
 
@@ -1507,7 +1563,7 @@ mod behind_tests {
         let one = cm("a", "1");
         c.upsert(key("a"), one.clone());
         let up = c.upsert(key("a"), cm("a", "2"));
-        assert!(Arc::ptr_eq(&up.previous.unwrap(), &one), "no decode");
+        assert!(up.previous.unwrap().is(&one), "no decode");
     }
 
     #[test]

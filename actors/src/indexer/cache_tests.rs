@@ -84,7 +84,7 @@ fn s_t1_store() {
     put(&mut c, "foo", "bar");
     assert_eq!(val(&c.get(&key("foo")).unwrap()), "bar");
     let up = put(&mut c, "foo", "baz");
-    assert_eq!(val(&up.previous.unwrap()), "bar");
+    assert_eq!(val(&up.previous.unwrap().get().unwrap()), "bar");
     assert_eq!(val(&c.get(&key("foo")).unwrap()), "baz");
     assert_eq!(val(&c.remove(&key("foo")).unwrap()), "baz");
     assert!(c.get(&key("foo")).is_none());

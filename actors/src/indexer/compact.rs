@@ -18,6 +18,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use zstd::zstd_safe::{self, CCtx, CDict, DCtx, DDict};
 
+use crate::old::{Deferred, OldObject, UndecodableObject};
+
 /// How a compact cache encodes its objects; see `InformerBuilder::compact_cache`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CompactOptions {
@@ -174,14 +176,19 @@ impl<K> Codec<K> {
 
     /// Decodes one entry; a failure is counted and logged with its key.
     pub(crate) fn load(&self, key: &dyn fmt::Display, entry: &CompactEntry) -> Option<Arc<K>> {
-        match self.try_load(entry) {
-            Ok(obj) => Some(Arc::new(obj)),
-            Err(e) => {
-                self.decode_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(%key, error = %e, "compact cache entry does not decode; read as absent");
-                None
-            }
-        }
+        self.load_or_count(key, entry).ok()
+    }
+
+    /// [`load`](Self::load) with the reason of a failure.
+    fn load_or_count(
+        &self,
+        key: &dyn fmt::Display,
+        entry: &CompactEntry,
+    ) -> Result<Arc<K>, CompactError> {
+        self.try_load(entry).map(Arc::new).inspect_err(|e| {
+            self.decode_errors.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(%key, error = %e, "compact cache entry does not decode");
+        })
     }
 
     /// Decodes one entry.
@@ -201,6 +208,54 @@ impl<K> Codec<K> {
             }
             decoded
         })
+    }
+}
+
+/// An update's old state as a compact cache keeps it: the compressed entry,
+/// decoded on the first read ([`OldObject::get`](crate::OldObject::get)).
+pub(crate) struct CompressedOld<K> {
+    key: crate::key::ObjectKey,
+    entry: Arc<CompactEntry>,
+    codec: Arc<Codec<K>>,
+    decoded: std::sync::OnceLock<Result<Arc<K>, UndecodableObject>>,
+}
+
+impl<K: Send + Sync + 'static> CompressedOld<K> {
+    /// `key`'s entry as an event's old state.
+    pub(crate) fn old_object(
+        key: crate::key::ObjectKey,
+        entry: Arc<CompactEntry>,
+        codec: Arc<Codec<K>>,
+    ) -> OldObject<K> {
+        OldObject::deferred(Arc::new(CompressedOld {
+            key,
+            entry,
+            codec,
+            decoded: std::sync::OnceLock::new(),
+        }))
+    }
+}
+
+impl<K: Send + Sync> Deferred<K> for CompressedOld<K> {
+    fn get(&self) -> Result<Arc<K>, UndecodableObject> {
+        self.decoded
+            .get_or_init(|| {
+                self.codec
+                    .load_or_count(&self.key, &self.entry)
+                    .map_err(|e| UndecodableObject {
+                        key: self.key.to_string(),
+                        reason: e.to_string(),
+                    })
+            })
+            .clone()
+    }
+
+    fn decoded(&self) -> Option<Arc<K>> {
+        self.decoded.get().and_then(|r| r.as_ref().ok().cloned())
+    }
+
+    fn resource_version(&self) -> Option<&str> {
+        self.entry.resource_version.as_deref()
     }
 }
 

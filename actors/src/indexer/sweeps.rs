@@ -198,7 +198,7 @@ impl<K> Sweeps<K> {
                     let o = cache.get(k)?;
                     Some(Event::Updated {
                         key: k.clone(),
-                        old: o.clone(),
+                        old: o.clone().into(),
                         new: o,
                         cause: Cause::Resync,
                     })
@@ -285,7 +285,6 @@ mod tests {
     use crate::indexer::cache::Cache;
     use crate::listener::RESYNC_HOLD_MAX;
     use k8s_openapi::api::core::v1::ConfigMap;
-    use std::sync::Arc;
 
     const MS: Duration = Duration::from_millis(1);
 
@@ -491,7 +490,7 @@ mod tests {
                     new,
                     cause,
                 } => {
-                    assert!(Arc::ptr_eq(old, new));
+                    assert!(old.is(new));
                     assert_eq!(*cause, Cause::Resync);
                     (
                         key.to_string(),

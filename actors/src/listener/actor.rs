@@ -472,7 +472,7 @@ mod tests {
                 let o = at_rv(&format!("r{i}"), "1");
                 Event::Updated {
                     key: format!("r{i}").as_str().into(),
-                    old: o.clone(),
+                    old: o.clone().into(),
                     new: o,
                     cause: Cause::Resync,
                 }

@@ -18,7 +18,7 @@ pub(super) fn added(key: &str, cause: Cause) -> Event<u32> {
 pub(super) fn updated(key: &str, to: u32, cause: Cause) -> Event<u32> {
     Event::Updated {
         key: key.into(),
-        old: Arc::new(to - 1),
+        old: Arc::new(to - 1).into(),
         new: Arc::new(to),
         cause,
     }

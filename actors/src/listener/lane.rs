@@ -78,7 +78,7 @@ impl<K> ResyncLane<K> {
                 if let Some((_, pending)) = self.pending.get_mut(key) {
                     *pending = Event::Updated {
                         key: key.clone(),
-                        old: Arc::clone(latest),
+                        old: Arc::clone(latest).into(),
                         new: Arc::clone(latest),
                         cause: Cause::Resync,
                     };
@@ -147,7 +147,7 @@ mod tests {
         let o = Arc::new(state);
         Event::Updated {
             key: key.into(),
-            old: o.clone(),
+            old: o.clone().into(),
             new: o,
             cause: Cause::Resync,
         }
@@ -156,7 +156,7 @@ mod tests {
     fn updated(key: &str, from: u32, to: u32) -> Event<u32> {
         Event::Updated {
             key: key.into(),
-            old: Arc::new(from),
+            old: Arc::new(from).into(),
             new: Arc::new(to),
             cause: Cause::Watch,
         }
@@ -206,7 +206,7 @@ mod tests {
         let e = lane.pop().unwrap();
         assert_eq!(state(&e), ("a".into(), 2, Cause::Resync));
         match e {
-            Event::Updated { old, new, .. } => assert!(Arc::ptr_eq(&old, &new)),
+            Event::Updated { old, new, .. } => assert!(old.is(&new)),
             other => panic!("not an update: {other:?}"),
         }
         assert!(lane.pop().is_none(), "no resync appears for b");

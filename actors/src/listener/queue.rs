@@ -604,7 +604,7 @@ mod tests {
     fn updated(name: &str, old: &str, new: &str, cause: Cause) -> Event<ConfigMap> {
         Event::Updated {
             key: key(name),
-            old: cm(name, old),
+            old: cm(name, old).into(),
             new: cm(name, new),
             cause,
         }
@@ -641,7 +641,11 @@ mod tests {
             Event::Updated {
                 old, new, cause, ..
             } => {
-                format!("U {name} {}->{} {cause:?}", rv(old), rv(new))
+                format!(
+                    "U {name} {}->{} {cause:?}",
+                    old.resource_version().unwrap_or_default(),
+                    rv(new)
+                )
             }
             Event::Deleted {
                 object: DeletedObject::Final(o),
@@ -1145,10 +1149,10 @@ mod coalesce_properties {
             }
             Event::Updated { key, old, new, .. } => {
                 let seen = state.insert(key.clone(), rv(new));
-                if seen.as_deref() != Some(rv(old).as_str()) {
+                if seen.as_deref() != old.resource_version() {
                     return Err(format!(
                         "update of {key}: old {} but seen {seen:?}",
-                        rv(old)
+                        old.resource_version().unwrap_or_default()
                     ));
                 }
             }
@@ -1224,7 +1228,7 @@ mod coalesce_properties {
                 },
                 Some(old) => Event::Updated {
                     key: key.clone(),
-                    old,
+                    old: old.into(),
                     new,
                     cause,
                 },
@@ -1267,7 +1271,7 @@ mod coalesce_properties {
                         for (key, o) in all {
                             self.push(Event::Updated {
                                 key,
-                                old: o.clone(),
+                                old: o.clone().into(),
                                 new: o,
                                 cause: Cause::Resync,
                             })?;
