@@ -330,7 +330,7 @@ impl<K> CacheView<K> {
     /// `stored` as an update's old state: a compressed one stays compressed
     /// until a subscriber reads it (`None` only for a compact entry without
     /// a codec, which is never stored).
-    fn old(&self, key: ObjectKey, stored: Stored<K>) -> Option<OldObject<K>>
+    fn old(&self, key: &ObjectKey, stored: Stored<K>) -> Option<OldObject<K>>
     where
         K: Send + Sync + 'static,
     {
@@ -338,7 +338,7 @@ impl<K> CacheView<K> {
             (Stored::Decoded(o), _) => Some(o.into()),
             (Stored::Fresh(f), _) => Some(f.obj.clone().into()),
             (Stored::Compact(e), Some(codec)) => {
-                Some(CompressedOld::old_object(key, e, codec.clone()))
+                Some(CompressedOld::old_object(key.clone(), e, codec.clone()))
             }
             (Stored::Compact(_), None) => None,
         }
@@ -861,7 +861,7 @@ impl<K: Resource + Send + Sync + 'static> Cache<K> {
         }
         let previous = previous.and_then(|p| {
             self.count(&p, false);
-            self.current.old(key.clone(), p)
+            self.current.old(&key, p)
         });
         self.compact_behind(false);
         Upserted {
