@@ -40,6 +40,9 @@ struct Cli {
     /// Object kinds of the sync workload (comma-separated: configmap, pod).
     #[arg(long, global = true, value_enum, value_delimiter = ',')]
     kinds: Option<Vec<KindArg>>,
+    /// What the churn workload updates (default: configmap).
+    #[arg(long, global = true, value_enum)]
+    churn_kind: Option<KindArg>,
     /// Steady write rate in events per second.
     #[arg(long, global = true, value_parser = positive_finite)]
     rate: Option<f64>,
@@ -174,6 +177,9 @@ fn main() -> anyhow::Result<()> {
     }
     if let Some(s) = cli.subscribers {
         scale.churn_subscribers = s;
+    }
+    if let Some(k) = cli.churn_kind {
+        scale.churn_kind = k.kind();
     }
     if let Some(r) = cli.rate {
         scale.rate = r;

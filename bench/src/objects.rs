@@ -8,6 +8,8 @@ use serde_json::{Value, json};
 
 /// The annotation carrying the wall-clock nanoseconds at which the parent wrote the object.
 pub const TS_ANNOTATION: &str = "bench.kinformer.dev/written-at";
+/// The write counter of a churn object that has no `data` (a Pod).
+pub const COUNTER_ANNOTATION: &str = "bench.kinformer.dev/counter";
 
 /// Wall-clock nanoseconds since the Unix epoch. Parent and child are on the
 /// same machine, so their clocks agree; only differences are used.
@@ -193,10 +195,25 @@ pub fn churn_configmap(index: usize) -> Value {
     })
 }
 
-/// Sets the write timestamp (now) and bumps the counter of a churn ConfigMap.
+/// A Pod for the churn workloads (`churn-00042`, `pod`'s 6.8 KB Pod
+/// renamed), for `--churn-kind pod`.
+pub fn churn_pod(index: usize, namespace: &str) -> Value {
+    let mut p = pod(index, namespace);
+    p["metadata"]["name"] = Value::String(format!("churn-{index:05}"));
+    p["metadata"]["annotations"][TS_ANNOTATION] = Value::String("0".into());
+    p
+}
+
+/// Sets the write timestamp (now) and bumps the counter of a churn object:
+/// `data.counter` of a ConfigMap, an annotation of a Pod.
 pub fn stamp(object: &mut Value, counter: u64) {
     object["metadata"]["annotations"][TS_ANNOTATION] = Value::String(now_nanos().to_string());
-    object["data"]["counter"] = Value::String(counter.to_string());
+    let counter = Value::String(counter.to_string());
+    if object.get("data").is_some() {
+        object["data"]["counter"] = counter;
+    } else {
+        object["metadata"]["annotations"][COUNTER_ANNOTATION] = counter;
+    }
 }
 
 /// The write timestamp of an object's annotations, if it has one.

@@ -9,8 +9,8 @@ use serde_json::{Value, json};
 
 use super::child::ChildProc;
 use super::writer::Writer;
-use super::{CHILD_TIMEOUT, Scale, alternate, seed_churn, server, spec};
-use crate::proto::{ChildSpec, Command, Job, Kind, SubSpec, Variant};
+use super::{CHILD_TIMEOUT, Scale, alternate, seed_churn_of, server, spec};
+use crate::proto::{ChildSpec, Command, Job, SubSpec, Variant};
 use crate::report::{Bar, Section, Table, fmt_summary, ratio};
 use crate::stats::Summary;
 
@@ -59,7 +59,7 @@ pub fn paced_run(
         ..spec(
             Job::Deliver,
             variant,
-            Kind::ConfigMap,
+            writer.kind(),
             &server.url(),
             namespace,
             objects,
@@ -98,7 +98,7 @@ fn drain_run(
         ..spec(
             Job::Deliver,
             variant,
-            Kind::ConfigMap,
+            writer.kind(),
             &server.url(),
             NS,
             objects,
@@ -141,7 +141,7 @@ fn f(v: &Value, k: &str) -> f64 {
 /// Runs the workload.
 pub fn run(scale: &Scale) -> anyhow::Result<Section> {
     let server = server()?;
-    let templates = seed_churn(&server, NS, scale.churn_objects)?;
+    let templates = seed_churn_of(&server, scale.churn_kind, NS, scale.churn_objects)?;
     let mut writer = Writer::new(server.clone(), NS, templates);
     let variants = [
         Variant::KINFORMER,
@@ -161,10 +161,10 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
         Variant::KINFORMER.stream_actors(2),
         Variant::KINFORMER.batched().stream_actors(2),
         // Issue 26: delivery from a compact cache (each update encodes the
-        // new state and decodes the old one).
+        // new state; the old one is decoded only if a subscriber reads it).
         Variant::KINFORMER.compact(),
         Variant::KINFORMER.batched().compact(),
-        // Every update's old state decoded (none kept decoded).
+        // Every update's old state compressed (none kept decoded).
         Variant::KINFORMER.compact_recent(0),
         Variant::KINFORMER.batched().compact_recent(0),
     ];

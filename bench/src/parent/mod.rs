@@ -17,7 +17,7 @@ use anyhow::Context as _;
 use kinformer_apiserver::{ApiServer, ServerConfig, ServerHandle};
 use serde::Serialize;
 
-use crate::objects::{churn_configmap, pod};
+use crate::objects::{churn_configmap, churn_pod, pod};
 use crate::proto::{ChildSpec, Job, Kind, SubSpec, Variant};
 use crate::report::Section;
 
@@ -30,8 +30,10 @@ pub struct Scale {
     pub reps: usize,
     /// Object counts of the initial-sync workload.
     pub sync_sizes: Vec<usize>,
-    /// Churn objects (ConfigMaps updated round-robin).
+    /// Churn objects (updated round-robin).
     pub churn_objects: usize,
+    /// What the churn workload updates (ConfigMaps unless told).
+    pub churn_kind: Kind,
     /// The steady write rate (events per second).
     pub rate: f64,
     /// Seconds of steady writing per churn measurement.
@@ -94,6 +96,7 @@ impl Scale {
             reps: 3,
             sync_sizes: vec![10_000, 100_000],
             churn_objects: 1_000,
+            churn_kind: Kind::ConfigMap,
             rate: 1_000.0,
             churn_secs: 10.0,
             churn_subscribers: vec![1, 10, 100],
@@ -127,6 +130,7 @@ impl Scale {
             reps: 1,
             sync_sizes: vec![200],
             churn_objects: 50,
+            churn_kind: Kind::ConfigMap,
             rate: 200.0,
             churn_secs: 1.0,
             churn_subscribers: vec![1, 10],
@@ -208,11 +212,24 @@ pub fn seed_churn(
     namespace: &str,
     n: usize,
 ) -> anyhow::Result<Vec<serde_json::Value>> {
+    seed_churn_of(server, Kind::ConfigMap, namespace, n)
+}
+
+/// Creates `n` churn objects of `kind` in `namespace`; returns their templates.
+pub fn seed_churn_of(
+    server: &ServerHandle,
+    kind: Kind,
+    namespace: &str,
+    n: usize,
+) -> anyhow::Result<Vec<serde_json::Value>> {
     let mut templates = Vec::with_capacity(n);
     for i in 0..n {
-        let cm = churn_configmap(i);
-        server.create("", "configmaps", Some(namespace), cm.clone())?;
-        templates.push(cm);
+        let (resource, object) = match kind {
+            Kind::ConfigMap => ("configmaps", churn_configmap(i)),
+            Kind::Pod => ("pods", churn_pod(i, namespace)),
+        };
+        server.create("", resource, Some(namespace), object.clone())?;
+        templates.push(object);
     }
     Ok(templates)
 }

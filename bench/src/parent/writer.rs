@@ -1,5 +1,6 @@
-//! The writer: timestamped updates of the churn ConfigMaps, paced at a rate
-//! or as fast as the server takes them.
+//! The writer: timestamped updates of the churn objects (ConfigMaps, or
+//! Pods with `--churn-kind pod`), paced at a rate or as fast as the server
+//! takes them.
 
 use std::time::{Duration, Instant};
 
@@ -7,6 +8,7 @@ use kinformer_apiserver::ServerHandle;
 use serde_json::Value;
 
 use crate::objects::stamp;
+use crate::proto::Kind;
 
 /// Updates the churn objects round-robin, each carrying its write timestamp.
 pub struct Writer {
@@ -32,7 +34,19 @@ impl Writer {
         }
     }
 
+    /// What the churn objects are (their templates' `kind`).
+    pub fn kind(&self) -> Kind {
+        match self.objects.first().and_then(|o| o["kind"].as_str()) {
+            Some("Pod") => Kind::Pod,
+            _ => Kind::ConfigMap,
+        }
+    }
+
     fn write_one(&mut self) {
+        let resource = match self.kind() {
+            Kind::Pod => "pods",
+            Kind::ConfigMap => "configmaps",
+        };
         let n = self.objects.len().max(1);
         let i = self.next % n;
         self.next += 1;
@@ -41,7 +55,7 @@ impl Writer {
             stamp(obj, self.counter);
             if let Err(e) = self
                 .server
-                .update("", "configmaps", Some(&self.namespace), obj.clone())
+                .update("", resource, Some(&self.namespace), obj.clone())
             {
                 tracing::warn!(%e, "write failed");
                 self.errors += 1;
