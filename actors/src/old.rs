@@ -82,7 +82,8 @@ impl<K> OldObject<K> {
         }
     }
 
-    /// Whether [`get`](Self::get) would answer without decoding.
+    /// Whether the old state is decoded already (always, outside a compact
+    /// cache): [`get`](Self::get) then answers without decoding.
     pub fn is_decoded(&self) -> bool {
         match &self.0 {
             Repr::Held(_) => true,

@@ -224,11 +224,11 @@ pub fn seed_churn_of(
 ) -> anyhow::Result<Vec<serde_json::Value>> {
     let mut templates = Vec::with_capacity(n);
     for i in 0..n {
-        let (resource, object) = match kind {
-            Kind::ConfigMap => ("configmaps", churn_configmap(i)),
-            Kind::Pod => ("pods", churn_pod(i, namespace)),
+        let object = match kind {
+            Kind::ConfigMap => churn_configmap(i),
+            Kind::Pod => churn_pod(i, namespace),
         };
-        server.create("", resource, Some(namespace), object.clone())?;
+        server.create("", kind.plural(), Some(namespace), object.clone())?;
         templates.push(object);
     }
     Ok(templates)

@@ -15,6 +15,8 @@ pub struct Writer {
     server: ServerHandle,
     namespace: String,
     objects: Vec<Value>,
+    /// What the objects are (their templates' `kind`), for the resource path.
+    kind: Kind,
     next: usize,
     counter: u64,
     /// Failed writes (should stay 0).
@@ -22,12 +24,18 @@ pub struct Writer {
 }
 
 impl Writer {
-    /// A writer over `objects` (templates of existing ConfigMaps in `namespace`).
+    /// A writer over `objects` (templates of existing ConfigMaps, or Pods,
+    /// in `namespace`).
     pub fn new(server: ServerHandle, namespace: &str, objects: Vec<Value>) -> Self {
+        let kind = match objects.first().and_then(|o| o["kind"].as_str()) {
+            Some("Pod") => Kind::Pod,
+            _ => Kind::ConfigMap,
+        };
         Writer {
             server,
             namespace: namespace.into(),
             objects,
+            kind,
             next: 0,
             counter: 0,
             errors: 0,
@@ -36,17 +44,11 @@ impl Writer {
 
     /// What the churn objects are (their templates' `kind`).
     pub fn kind(&self) -> Kind {
-        match self.objects.first().and_then(|o| o["kind"].as_str()) {
-            Some("Pod") => Kind::Pod,
-            _ => Kind::ConfigMap,
-        }
+        self.kind
     }
 
     fn write_one(&mut self) {
-        let resource = match self.kind() {
-            Kind::Pod => "pods",
-            Kind::ConfigMap => "configmaps",
-        };
+        let resource = self.kind.plural();
         let n = self.objects.len().max(1);
         let i = self.next % n;
         self.next += 1;
