@@ -323,16 +323,17 @@ async fn fanout_run(mode: Mode, subscribers: usize, events: &[Event<ConfigMap>])
         let credit = CreditLine::new(listener.credit());
         outlets.push((listener.start(), credit, counter));
     }
-    // The chunks each listener gets, cloned up front (the Indexer's cost, not the listener's).
-    let mut chunks: Vec<Vec<Vec<Event<ConfigMap>>>> = outlets
-        .iter()
-        .map(|_| events.chunks(FANOUT_CHUNK).map(<[_]>::to_vec).collect())
-        .collect();
+    // The chunks, made up front (the Indexer's cost, not the listener's)
+    // and shared by every listener, as the Indexer shares them.
+    let shared: Vec<std::sync::Arc<[Event<ConfigMap>]>> =
+        events.chunks(FANOUT_CHUNK).map(Into::into).collect();
+    let mut chunks: Vec<Vec<std::sync::Arc<[Event<ConfigMap>]>>> =
+        outlets.iter().map(|_| shared.clone()).collect();
     let start = std::time::Instant::now();
     for c in 0..events.len().div_ceil(FANOUT_CHUNK) {
         let mut answered = Vec::new();
         for ((addr, credit, _), per_listener) in outlets.iter_mut().zip(chunks.iter_mut()) {
-            let chunk = std::mem::take(&mut per_listener[c]);
+            let chunk = per_listener[c].clone();
             if credit.try_unanswered(chunk.len()) {
                 addr.do_send(Deliver(chunk));
             } else {

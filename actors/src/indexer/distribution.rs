@@ -3,6 +3,8 @@
 //! before (on credit, or answered), so a full `Block` listener parks one
 //! chunk at most. The batch is answered once its last chunk is accepted.
 
+use std::sync::Arc;
+
 use super::apply::{Applied, events_for};
 use crate::event::Event;
 use crate::subscriber::SubscriberId;
@@ -11,8 +13,9 @@ use crate::subscriber::SubscriberId;
 /// list) and resync sweeps go to the listeners in chunks of this many.
 pub(super) const CHUNK: usize = 256;
 
-/// The events one listener receives from one step of work.
-pub(super) type Delivery<K> = (SubscriberId, Vec<Event<K>>);
+/// The events one listener receives from one step of work, shared with the
+/// other listeners that receive the same.
+pub(super) type Delivery<K> = (SubscriberId, Arc<[Event<K>]>);
 
 /// One applied batch, being handed out a chunk at a time.
 pub(super) struct HandOut<K> {
@@ -45,10 +48,20 @@ impl<K> HandOut<K> {
         let end = (self.pos + CHUNK).min(self.events.len());
         let chunk = &self.events[self.pos..end];
         self.pos = end;
+        // One copy of the chunk for every listener, a second only when a
+        // sync-only event makes syncing listeners' differ (SI-10).
+        let all: Arc<[Event<K>]> = chunk.iter().map(|a| a.event.clone()).collect();
+        let without_sync_only = chunk.iter().any(|a| a.sync_only).then(|| {
+            let events: Arc<[Event<K>]> = events_for(chunk, false).into();
+            events
+        });
         self.targets
             .iter()
             .filter(|(id, _)| subscribed(*id))
-            .map(|&(id, syncing)| (id, events_for(chunk, syncing)))
+            .map(|&(id, syncing)| match (&without_sync_only, syncing) {
+                (Some(events), false) => (id, events.clone()),
+                _ => (id, all.clone()),
+            })
             .collect()
     }
 

@@ -210,7 +210,7 @@ impl<K: Send + Sync + 'static> Handler<Deliver<K>> for Listener<K> {
             return Answer::Now(Err(ListenerGone));
         }
         let taken = events.len();
-        answer(self.delivery.deliver(events));
+        answer(self.delivery.deliver(&events));
         self.publish();
         // After the room it left is published: the Indexer reads them in the other order.
         self.credit.took(taken);
@@ -544,7 +544,7 @@ mod tests {
         )
         .start();
         listener
-            .send(Deliver(vec![added("a"), added("b"), added("c")]))
+            .send(Deliver(vec![added("a"), added("b"), added("c")].into()))
             .await
             .unwrap()
             .unwrap();
@@ -563,7 +563,12 @@ mod tests {
             0,
             "what was pending is dropped"
         );
-        assert!(listener.send(Deliver(vec![added("d")])).await.is_err());
+        assert!(
+            listener
+                .send(Deliver(vec![added("d")].into()))
+                .await
+                .is_err()
+        );
     }
 
     /// A synchronous subscriber (`Result = ()`) that pauses its mailbox after
@@ -715,11 +720,11 @@ mod tests {
                         let batch: Vec<String> = (names.len()..names.len() + size)
                             .map(|i| format!("o{i}"))
                             .collect();
-                        let events = batch.iter().map(|n| added(n)).collect();
+                        let events: Vec<_> = batch.iter().map(|n| added(n)).collect();
                         names.extend(batch);
                         tokio::time::timeout(
                             Duration::from_secs(5),
-                            listener.send(Deliver(events)),
+                            listener.send(Deliver(events.into())),
                         )
                         .await
                         .unwrap_or_else(|_| panic!("{case}: Deliver not answered"))
@@ -828,11 +833,11 @@ mod tests {
             .start();
             // One in flight (held by the gate), one queued: full.
             listener
-                .send(Deliver(vec![added("a"), added("b")]))
+                .send(Deliver(vec![added("a"), added("b")].into()))
                 .await
                 .unwrap()
                 .unwrap();
-            let mut parked = Box::pin(listener.send(Deliver(vec![added("c")])));
+            let mut parked = Box::pin(listener.send(Deliver(vec![added("c")].into())));
             for _ in 0..20 {
                 tokio::task::yield_now().await;
             }
@@ -928,7 +933,7 @@ mod tests {
         } = Paused::start(target);
         // Paused at its first event, then flooded past its mailbox capacity (16).
         listener
-            .send(Deliver(vec![added("first")]))
+            .send(Deliver(vec![added("first")].into()))
             .await
             .unwrap()
             .unwrap();

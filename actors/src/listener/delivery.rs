@@ -12,6 +12,7 @@
 //!   subscriber slows its own sweep and never stops it;
 //! - once stopped it takes and sends nothing, and held answers go as gone.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::messages::{ListenerGone, RESYNC_HOLD_MAX, RESYNC_LANE_LOW, Replay};
@@ -119,9 +120,10 @@ impl<K, R> Delivery<K, R> {
         }
     }
 
-    /// Takes a `Deliver`'s events (what does not fit is parked, in order).
-    pub fn deliver(&mut self, events: Vec<Event<K>>) -> Answers<R> {
-        self.pending.accept(events);
+    /// Takes a `Deliver`'s events, shared with the batch's other listeners
+    /// (what does not fit is parked, in order).
+    pub fn deliver(&mut self, events: &Arc<[Event<K>]>) -> Answers<R> {
+        self.pending.accept_shared(events);
         Answers::ok(None, self.release_resync_if_low())
     }
 
@@ -367,7 +369,7 @@ mod tests {
         }
 
         fn deliver(&mut self, events: Vec<Event<u32>>, reply: &'static str) {
-            let answers = self.d.deliver(events);
+            let answers = self.d.deliver(&events.into());
             self.answer(answers);
             self.pump();
             match self.d.answer_delivery() {

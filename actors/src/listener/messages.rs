@@ -17,7 +17,9 @@ pub struct ListenerGone;
 /// Notifications for the subscriber, in order. Answered once all are queued
 /// (a full `Block` queue parks the rest until there is room). The Indexer
 /// sends most unanswered, within the listener's [`DeliveryCredit`](super::DeliveryCredit).
-pub struct Deliver<K>(pub Vec<Event<K>>);
+/// The events are shared by every listener of the batch: a listener queues
+/// them without copying and clones each as its subscriber takes it.
+pub struct Deliver<K>(pub Arc<[Event<K>]>);
 
 impl<K: 'static> Message for Deliver<K> {
     type Result = Result<(), ListenerGone>;

@@ -8,6 +8,7 @@
 //! when taken and finished once handled or merged away.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use super::lane::ResyncLane;
 use super::messages::Replay;
@@ -76,6 +77,30 @@ impl<K> Pending<K> {
                     return;
                 }
             }
+        }
+    }
+
+    /// Takes a `Deliver`'s events, shared with the other listeners of the
+    /// batch: as [`accept`](Self::accept), but what a `Block` queue takes
+    /// at once (nothing parked, no resync among them) is queued as a run of
+    /// the chunk, not copied.
+    pub fn accept_shared(&mut self, events: &Arc<[Event<K>]>) {
+        let shareable = self.parked.is_empty() && !events.iter().any(Event::is_resync);
+        let take = if shareable {
+            self.queue.room().min(events.len())
+        } else {
+            0
+        };
+        if take > 0 && self.queue.push_shared(events, 0..take) {
+            let taken = &events[..take];
+            if !self.lane.is_empty() {
+                taken.iter().for_each(|event| self.lane.observe(event));
+            }
+            self.sync
+                .start_many(taken.iter().filter(|e| e.is_initial()).count());
+            self.accept(events[take..].iter().cloned());
+        } else {
+            self.accept(events.iter().cloned());
         }
     }
 
@@ -303,6 +328,45 @@ mod tests {
         }
         assert_eq!(got, names);
         assert!(!p.has_parked());
+    }
+
+    /// A shared chunk larger than the room: the queue takes what fits as a
+    /// run, the rest is parked, in order, and counted towards sync as taken.
+    #[test]
+    fn a_shared_chunk_beyond_the_room_parks_the_rest_in_order() {
+        let mut p = Pending::new(OverflowPolicy::Block, 3);
+        let names: Vec<String> = (0..7).map(|i| format!("o{i}")).collect();
+        let chunk: Arc<[Event<u32>]> = names.iter().map(|n| added(n, Cause::Initial)).collect();
+        p.accept_shared(&chunk);
+        assert!(p.has_parked());
+        assert_eq!((p.len(), p.room()), (7, 0));
+        p.accept_shared(&[added("late", Cause::Watch)].into());
+        p.upstream_synced();
+        let mut got = Vec::new();
+        while let Some(e) = p.pop() {
+            got.push(e.key().to_string());
+            p.refill();
+        }
+        assert_eq!(got[..7], names[..]);
+        assert_eq!(got[7], "late");
+        assert!(!p.has_synced(), "seven initial adds not handled yet");
+        p.handled_initial(7);
+        assert!(p.has_synced());
+    }
+
+    /// A shared chunk with a resync in it, or into a `Coalesce` queue, is
+    /// taken one event at a time: the resync goes to the lane, and updates
+    /// of one key merge.
+    #[test]
+    fn a_shared_chunk_with_a_resync_or_into_a_coalesce_queue_is_taken_one_by_one() {
+        let mut p = Pending::new(OverflowPolicy::Block, 8);
+        p.accept_shared(&[updated("a", 1, Cause::Resync), added("b", Cause::Watch)].into());
+        assert_eq!(p.lane_len(), 1);
+        let keys: Vec<String> = drain(&mut p).into_iter().map(|(k, _, _)| k).collect();
+        assert_eq!(keys, ["b", "a"]);
+        let mut c = Pending::new(OverflowPolicy::Coalesce, 8);
+        c.accept_shared(&[updated("a", 2, Cause::Watch), updated("a", 3, Cause::Watch)].into());
+        assert_eq!(drain(&mut c), vec![("a".into(), Cause::Watch, 3)]);
     }
 
     /// A `Deliver` taken while events are parked goes behind them.

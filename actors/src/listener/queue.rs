@@ -29,6 +29,8 @@ use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::mem;
+use std::ops::Range;
+use std::sync::Arc;
 
 use crate::event::{Cause, Event};
 use crate::key::{DeletedObject, ObjectKey};
@@ -175,6 +177,19 @@ impl<K> ListenerQueue<K> {
         }
     }
 
+    /// Queues `events[range]` into a `Block` queue with room for them all,
+    /// sharing the chunk instead of copying it; false (nothing queued) for
+    /// a `Coalesce` queue or when the room is short: push them one by one.
+    pub fn push_shared(&mut self, events: &Arc<[Event<K>]>, range: Range<usize>) -> bool {
+        match &mut self.inner {
+            Inner::Block(q) if q.len() + range.len() <= self.capacity => {
+                q.push_shared(events, range);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// The next notification to deliver, oldest key first.
     pub fn pop(&mut self) -> Option<Event<K>> {
         match &mut self.inner {
@@ -266,39 +281,93 @@ impl<K> ListenerQueue<K> {
 /// table: hashing each key on push and pop was a fifth of the fan-out cost
 /// with 100 subscribers (BENCHMARKS.md), for a figure only diagnostics read
 /// ([`ListenerQueue::pending_keys`] counts on demand instead).
+///
+/// A `Deliver`'s events are shared by every listener of the batch, so the
+/// queue keeps a run of the shared chunk and clones an event only as it is
+/// popped: one clone per event and subscriber, where copying the chunk in
+/// cost a clone, two moves and a `Vec` per subscriber (issue 24).
 struct BlockQueue<K> {
-    events: VecDeque<Event<K>>,
+    /// Invariant: no run is empty, and `len` is the sum of their lengths.
+    runs: VecDeque<Run<K>>,
+    len: usize,
+}
+
+/// Events of a `Block` queue: one of its own, or `next..end` of a shared chunk.
+enum Run<K> {
+    One(Event<K>),
+    Shared {
+        events: Arc<[Event<K>]>,
+        next: usize,
+        end: usize,
+    },
 }
 
 impl<K> BlockQueue<K> {
     fn with_capacity(n: usize) -> Self {
         BlockQueue {
-            events: VecDeque::with_capacity(n),
+            runs: VecDeque::with_capacity(n),
+            len: 0,
         }
     }
 
     fn len(&self) -> usize {
-        self.events.len()
+        self.len
     }
 
     fn push(&mut self, event: Event<K>) {
-        self.events.push_back(event);
+        self.runs.push_back(Run::One(event));
+        self.len += 1;
+    }
+
+    /// Queues `events[range]` without copying them (nothing for an empty range).
+    fn push_shared(&mut self, events: &Arc<[Event<K>]>, range: Range<usize>) {
+        debug_assert!(range.end <= events.len());
+        if range.is_empty() {
+            return;
+        }
+        self.len += range.len();
+        self.runs.push_back(Run::Shared {
+            events: events.clone(),
+            next: range.start,
+            end: range.end,
+        });
     }
 
     fn pop(&mut self) -> Option<Event<K>> {
-        self.events.pop_front()
+        if let Run::Shared { events, next, end } = self.runs.front_mut()?
+            && *next + 1 < *end
+        {
+            let event = events[*next].clone();
+            *next += 1;
+            self.len -= 1;
+            return Some(event);
+        }
+        // A single event, or the last of a shared run.
+        let event = match self.runs.pop_front()? {
+            Run::One(event) => event,
+            Run::Shared { events, next, .. } => events[next].clone(),
+        };
+        self.len -= 1;
+        Some(event)
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Event<K>> {
+        self.runs.iter().flat_map(|run| match run {
+            Run::One(event) => std::slice::from_ref(event),
+            Run::Shared { events, next, end } => &events[*next..*end],
+        })
     }
 
     fn pending_keys(&self) -> usize {
-        self.events
-            .iter()
+        self.iter()
             .map(Event::key)
             .collect::<std::collections::HashSet<_>>()
             .len()
     }
 
     fn clear(&mut self) {
-        self.events.clear();
+        self.runs.clear();
+        self.len = 0;
     }
 }
 
@@ -1015,6 +1084,49 @@ mod block_tests {
             object,
             cause: Cause::Initial,
         }
+    }
+
+    /// A shared run is queued without copying: its events come out in order,
+    /// behind and ahead of single events, each the chunk's own object, and
+    /// the chunk is let go once its run is popped.
+    #[test]
+    fn a_shared_run_keeps_its_order_among_single_events() {
+        let chunk: Arc<[Event<ConfigMap>]> = ["a", "b", "c", "d"].map(added).into();
+        let mut q = ListenerQueue::new(OverflowPolicy::Block, 8);
+        q.push(added("first")).unwrap();
+        assert!(q.push_shared(&chunk, 1..4));
+        q.push(added("last")).unwrap();
+        assert_eq!((q.len(), q.room(), q.pending_keys()), (5, 3, 5));
+        assert_eq!(Arc::strong_count(&chunk), 2, "queued, not copied");
+        let first = q.pop().unwrap();
+        assert_eq!(first.key().as_str(), "first");
+        let b = q.pop().unwrap();
+        assert!(Arc::ptr_eq(b.object().unwrap(), chunk[1].object().unwrap()));
+        let rest: Vec<String> = std::iter::from_fn(|| q.pop())
+            .map(|e| e.key().to_string())
+            .collect();
+        assert_eq!(rest, ["c", "d", "last"]);
+        assert_eq!(Arc::strong_count(&chunk), 1, "the run let the chunk go");
+        assert!(q.is_empty());
+    }
+
+    /// A run is taken only whole and only into a `Block` queue with room for
+    /// it; an empty run takes nothing; `clear` drops runs.
+    #[test]
+    fn a_shared_run_needs_a_block_queue_with_room() {
+        let chunk: Arc<[Event<ConfigMap>]> = ["a", "b", "c"].map(added).into();
+        let mut coalesce = ListenerQueue::new(OverflowPolicy::Coalesce, 8);
+        assert!(!coalesce.push_shared(&chunk, 0..3));
+        assert!(coalesce.is_empty());
+        let mut q = ListenerQueue::new(OverflowPolicy::Block, 2);
+        assert!(!q.push_shared(&chunk, 0..3), "no room for 3");
+        assert!(q.is_empty());
+        assert!(q.push_shared(&chunk, 1..1));
+        assert!(q.is_empty(), "an empty run queues nothing");
+        assert!(q.push_shared(&chunk, 0..2));
+        assert!(q.is_full());
+        q.clear();
+        assert_eq!((q.len(), Arc::strong_count(&chunk)), (0, 1));
     }
 
     /// After a backlog of 5 000 keys drains, a `Coalesce` queue shrinks back
