@@ -285,7 +285,9 @@ impl<K> ListenerQueue<K> {
 /// A `Deliver`'s events are shared by every listener of the batch, so the
 /// queue keeps a run of the shared chunk and clones an event only as it is
 /// popped: one clone per event and subscriber, where copying the chunk in
-/// cost a clone, two moves and a `Vec` per subscriber (issue 24).
+/// cost a clone, two moves and a `Vec` per subscriber (issue 24). A run
+/// keeps its whole chunk alive: besides what it holds, a queue pins at most
+/// the events already popped from its front run (fewer than a chunk, 256).
 struct BlockQueue<K> {
     /// Invariant: no run is empty, and `len` is the sum of their lengths.
     runs: VecDeque<Run<K>>,
