@@ -296,10 +296,13 @@ where
     /// overlap caching and delivery on another core. Needs an actix `System`
     /// (under a bare tokio `LocalSet` the Reflector stays on the current
     /// thread). Off by default: on the 2-core benchmark machine, where the API
-    /// server shares the cores, the cross-thread hand-off cost more than it
-    /// saved (maximum ConfigMap event rate with one batched subscriber: 125k/s
-    /// with it, 181k–210k/s without; BENCHMARKS.md). Worth trying with spare
-    /// cores and large objects (a Pod decodes in 31–53 µs).
+    /// server shares the cores, under glibc's allocator the cross-thread
+    /// hand-off costs more than it saves (maximum ConfigMap event rate with
+    /// 10 batched subscribers: 61k/s with it, 90k/s without). Under mimalloc
+    /// it pays with many per-event subscribers (10: 77k/s against 34k/s) and
+    /// is even with batched ones (BENCHMARKS.md, "The Reflector on a thread
+    /// of its own"). Worth trying with spare cores, large objects (a Pod
+    /// decodes in 31–53 µs) or a faster allocator than glibc's.
     pub fn reflector_thread(mut self, on: bool) -> Self {
         self.reflector_thread = on;
         self

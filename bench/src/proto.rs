@@ -72,6 +72,10 @@ pub struct Variant {
     /// (`Some(0)`) or placed round-robin on `n` threads (`kinformer::Workers`).
     #[serde(default)]
     pub stream_actors: Option<usize>,
+    /// kinformer only: the Reflector (requests and decoding) on an arbiter
+    /// of its own (`InformerBuilder::reflector_thread`).
+    #[serde(default)]
+    pub reflector_thread: bool,
 }
 
 /// The kinformer subscription call under test: one variant at a time.
@@ -104,6 +108,7 @@ impl Variant {
         indexed: false,
         tokio_streams: false,
         stream_actors: None,
+        reflector_thread: false,
     };
     /// kube-runtime with defaults.
     pub const KUBE_RUNTIME: Variant = Variant {
@@ -117,6 +122,7 @@ impl Variant {
         indexed: false,
         tokio_streams: false,
         stream_actors: None,
+        reflector_thread: false,
     };
 
     /// The same with streaming lists.
@@ -182,6 +188,12 @@ impl Variant {
         self
     }
 
+    /// The same with the Reflector on a thread of its own.
+    pub const fn reflector_thread(mut self) -> Self {
+        self.reflector_thread = true;
+        self
+    }
+
     /// The same indexed and read-probed (see `indexed`).
     pub const fn indexed(mut self) -> Self {
         self.indexed = true;
@@ -220,6 +232,9 @@ impl Variant {
             None => {}
             Some(0) => s.push_str(" (actors reading streams)"),
             Some(n) => s.push_str(&format!(" (actors reading streams on {n} worker threads)")),
+        }
+        if self.reflector_thread {
+            s.push_str(" (reflector thread)");
         }
         match self.delivery {
             Delivery::Each => {}

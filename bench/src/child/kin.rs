@@ -140,7 +140,8 @@ where
 {
     let mut builder = Informer::builder(api)
         .page_size(spec.page_size)
-        .streaming_lists(spec.variant.streaming);
+        .streaming_lists(spec.variant.streaming)
+        .reflector_thread(spec.variant.reflector_thread);
     if spec.variant.strip == Strip::AfterDecode {
         builder = builder.transform(|mut o: K| {
             o.meta_mut().managed_fields = None;

@@ -160,6 +160,9 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
         Variant::KINFORMER.batched().stream_actors(0),
         Variant::KINFORMER.stream_actors(2),
         Variant::KINFORMER.batched().stream_actors(2),
+        // Decoding on a second core (`reflector_thread`).
+        Variant::KINFORMER.reflector_thread(),
+        Variant::KINFORMER.batched().reflector_thread(),
         // Issue 26: delivery from a compact cache (each update encodes the
         // new state; the old one is decoded only if a subscriber reads it).
         Variant::KINFORMER.compact(),
