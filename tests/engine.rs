@@ -994,8 +994,8 @@ async fn batch_stream_sees_the_same_sequence_as_a_per_event_one_in_bounded_batch
         use futures::StreamExt;
         while let Some(batch) = batches.next().await {
             let mut log = recording.lock().unwrap();
-            log.batches.push(batch.0.len());
-            for event in &batch.0 {
+            log.batches.push(batch.len());
+            for event in batch.iter() {
                 log.record(event);
             }
         }

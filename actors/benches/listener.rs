@@ -278,7 +278,7 @@ impl Handler<EventBatch<ConfigMap>> for Counter {
 
     fn handle(&mut self, b: EventBatch<ConfigMap>, _: &mut Context<Self>) {
         black_box(&b);
-        self.took(b.0.len());
+        self.took(b.len());
     }
 }
 

@@ -4,6 +4,8 @@
 //! resourceVersions to tell a real change from a resync (the argument of the
 //! seed notes). kinformer says why each notification happened instead.
 
+use std::fmt;
+use std::ops::Range;
 use std::sync::Arc;
 
 use crate::key::{DeletedObject, ObjectKey};
@@ -166,29 +168,78 @@ impl<K: 'static> actix::Message for Event<K> {
 /// per batch, which is what lets one informer feed many subscribers at a high
 /// event rate. A batch holds what was queued when the previous call returned,
 /// up to the subscriber's maximum; it is never held back to fill up.
-#[derive(Debug)]
-pub struct EventBatch<K>(pub Vec<Event<K>>);
+///
+/// It reads as the slice of its events (`len`, `iter`, indexing). Most
+/// batches are a run of the events the Indexer shares between all its
+/// subscribers, not a copy: reading them by reference copies nothing, and
+/// taking them by value ([`IntoIterator`], [`into_vec`](Self::into_vec))
+/// clones each event (its key and `Arc`s).
+pub struct EventBatch<K>(Events<K>);
+
+/// A batch's events: its own, or a run of a chunk shared with others.
+enum Events<K> {
+    Owned(Vec<Event<K>>),
+    Shared {
+        events: Arc<[Event<K>]>,
+        range: Range<usize>,
+    },
+}
+
+impl<K> EventBatch<K> {
+    /// A batch of `events[range]`, shared, not copied. An out-of-bounds
+    /// range is cut to the events there are.
+    pub fn shared(events: Arc<[Event<K>]>, range: Range<usize>) -> Self {
+        let end = range.end.min(events.len());
+        let start = range.start.min(end);
+        EventBatch(Events::Shared {
+            events,
+            range: start..end,
+        })
+    }
+
+    /// The events as a `Vec` of their own (cloned when shared).
+    pub fn into_vec(self) -> Vec<Event<K>> {
+        match self.0 {
+            Events::Owned(events) => events,
+            Events::Shared { events, range } => events[range].to_vec(),
+        }
+    }
+}
+
+impl<K> From<Vec<Event<K>>> for EventBatch<K> {
+    fn from(events: Vec<Event<K>>) -> Self {
+        EventBatch(Events::Owned(events))
+    }
+}
 
 impl<K: 'static> actix::Message for EventBatch<K> {
     type Result = ();
 }
 
-/// A batch reads as the slice of its events (`len`, `iter`, indexing).
 impl<K> std::ops::Deref for EventBatch<K> {
     type Target = [Event<K>];
 
     fn deref(&self) -> &[Event<K>] {
-        &self.0
+        match &self.0 {
+            Events::Owned(events) => events,
+            Events::Shared { events, range } => &events[range.clone()],
+        }
     }
 }
 
-/// The events, oldest first.
+impl<K: fmt::Debug> fmt::Debug for EventBatch<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+/// The events, oldest first (a shared batch's cloned one by one).
 impl<K> IntoIterator for EventBatch<K> {
     type Item = Event<K>;
     type IntoIter = std::vec::IntoIter<Event<K>>;
 
     fn into_iter(self) -> Self::IntoIter {
-        self.0.into_iter()
+        self.into_vec().into_iter()
     }
 }
 
@@ -198,7 +249,7 @@ impl<'a, K> IntoIterator for &'a EventBatch<K> {
     type IntoIter = std::slice::Iter<'a, Event<K>>;
 
     fn into_iter(self) -> Self::IntoIter {
-        self.0.iter()
+        self.iter()
     }
 }
 
@@ -218,12 +269,33 @@ mod tests {
 
     #[test]
     fn a_batch_reads_as_its_events_in_order() {
-        let batch = EventBatch(vec![added("a"), added("b")]);
+        let batch = EventBatch::from(vec![added("a"), added("b")]);
         assert_eq!(batch.len(), 2);
         let by_ref: Vec<String> = (&batch).into_iter().map(|e| e.key().to_string()).collect();
         assert_eq!(by_ref, ["ns/a", "ns/b"]);
         assert_eq!(batch[1].key().as_str(), "ns/b");
         let owned: Vec<String> = batch.into_iter().map(|e| e.key().to_string()).collect();
         assert_eq!(owned, ["ns/a", "ns/b"]);
+    }
+
+    /// A shared batch reads as its run of the chunk, without a copy; taken
+    /// by value, its events are clones of the chunk's; a range past the end
+    /// is cut to the events there are.
+    #[test]
+    fn a_shared_batch_reads_as_its_run_of_the_chunk() {
+        let chunk: Arc<[Event<ConfigMap>]> = vec![added("a"), added("b"), added("c")].into();
+        let batch = EventBatch::shared(chunk.clone(), 1..3);
+        assert_eq!(batch.len(), 2);
+        assert!(std::ptr::eq(&batch[0], &chunk[1]), "not a copy");
+        assert_eq!(format!("{batch:?}").matches("Added").count(), 2);
+        let owned = batch.into_vec();
+        assert_eq!(owned[1].key().as_str(), "ns/c");
+        assert!(Arc::ptr_eq(
+            owned[1].object().unwrap(),
+            chunk[2].object().unwrap()
+        ));
+        assert_eq!(Arc::strong_count(&chunk), 1, "the batch let the chunk go");
+        assert_eq!(EventBatch::shared(chunk.clone(), 2..9).len(), 1);
+        assert!(EventBatch::shared(chunk, 7..9).is_empty());
     }
 }

@@ -343,9 +343,9 @@ impl<K: Object> Handler<EventBatch<K>> for Recorder {
     type Result = ResponseFuture<()>;
 
     fn handle(&mut self, batch: EventBatch<K>, ctx: &mut Context<Self>) -> Self::Result {
-        self.log.lock().unwrap().batches.push(batch.0.len());
+        self.log.lock().unwrap().batches.push(batch.len());
         let mut n = 0;
-        for event in &batch.0 {
+        for event in batch.iter() {
             n = self.record(event);
         }
         self.finish(n, ctx)

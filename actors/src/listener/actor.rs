@@ -379,7 +379,7 @@ mod tests {
         type Result = ResponseFuture<()>;
 
         fn handle(&mut self, batch: EventBatch<ConfigMap>, _: &mut Context<Self>) -> Self::Result {
-            for e in &batch.0 {
+            for e in batch.iter() {
                 self.record(e);
             }
             self.gate()
@@ -673,7 +673,7 @@ mod tests {
         type Result = ();
 
         fn handle(&mut self, b: EventBatch<ConfigMap>, ctx: &mut Context<Self>) {
-            self.record(b.0.iter().map(|e| e.key().to_string()), ctx);
+            self.record(b.iter().map(|e| e.key().to_string()), ctx);
         }
     }
 

@@ -19,7 +19,7 @@ use super::messages::{ListenerGone, RESYNC_HOLD_MAX, RESYNC_LANE_LOW, Replay};
 use super::pending::Pending;
 use super::queue::OverflowPolicy;
 use super::window::{CallShape, Window};
-use crate::event::Event;
+use crate::event::{Event, EventBatch};
 
 /// What one handler call carried, counted when it returns.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -172,6 +172,20 @@ impl<K, R> Delivery<K, R> {
         }
         self.window.sent(sent.events);
         Some(sent)
+    }
+
+    /// The next handler call as a batch sharing its chunk, when the window
+    /// has room and a run of one is what goes out next (see
+    /// [`Pending::pop_shared`]); counted in flight like [`next_call`](Self::next_call).
+    pub fn next_call_shared(&mut self) -> Option<(EventBatch<K>, Sent)> {
+        if self.stopped {
+            return None;
+        }
+        let batch = self.pending.pop_shared(self.window.next_call_max())?;
+        let mut sent = Sent::default();
+        batch.iter().for_each(|event| sent.count(event));
+        self.window.sent(sent.events);
+        Some((batch, sent))
     }
 
     /// After one or more calls were sent: the room they made takes parked

@@ -14,7 +14,7 @@ use super::lane::ResyncLane;
 use super::messages::Replay;
 use super::queue::{ListenerQueue, OverflowPolicy};
 use super::sync::SyncTracker;
-use crate::event::{Cause, Event};
+use crate::event::{Cause, Event, EventBatch};
 
 /// Parked events beyond which an emptied `parked` gives its memory back.
 const PARKED_KEEP: usize = 1024;
@@ -153,6 +153,16 @@ impl<K> Pending<K> {
             }
         }
         self.lane.pop()
+    }
+
+    /// The next notifications, up to `max`, as a batch sharing its chunk,
+    /// when a run of one is what goes out next (no replay left, and the queue's
+    /// next events are one); else `None`, and [`pop`](Self::pop) them.
+    pub fn pop_shared(&mut self, max: usize) -> Option<EventBatch<K>> {
+        if self.replay.is_some() {
+            return None;
+        }
+        self.queue.pop_shared(max)
     }
 
     /// The next object of the replay as an initial add, if any is left.
@@ -367,6 +377,27 @@ mod tests {
         let mut c = Pending::new(OverflowPolicy::Coalesce, 8);
         c.accept_shared(&[updated("a", 2, Cause::Watch), updated("a", 3, Cause::Watch)].into());
         assert_eq!(drain(&mut c), vec![("a".into(), Cause::Watch, 3)]);
+    }
+
+    /// A replay goes out before a shared run: none is handed out while
+    /// replayed objects are left.
+    #[test]
+    fn no_shared_run_goes_out_before_the_replay() {
+        let mut p = Pending::new(OverflowPolicy::Block, 4);
+        assert!(p.replay(replay(&["r0"], 1)));
+        p.accept_shared(&[added("w", Cause::Watch)].into());
+        assert!(p.pop_shared(8).is_none());
+        assert_eq!(p.pop().unwrap().key().as_str(), "r0");
+        assert_eq!(p.pop().unwrap().key().as_str(), "w");
+        assert!(p.is_empty());
+        p.accept_shared(&[added("x", Cause::Watch), added("y", Cause::Watch)].into());
+        let batch = p.pop_shared(8).unwrap();
+        assert_eq!(
+            batch.len(),
+            2,
+            "the replay is done: the run goes out shared"
+        );
+        assert!(p.is_empty());
     }
 
     /// A `Deliver` taken while events are parked goes behind them.

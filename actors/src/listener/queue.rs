@@ -32,7 +32,7 @@ use std::mem;
 use std::ops::Range;
 use std::sync::Arc;
 
-use crate::event::{Cause, Event};
+use crate::event::{Cause, Event, EventBatch};
 use crate::key::{DeletedObject, ObjectKey};
 
 /// Most notifications preallocated up front, whatever the capacity.
@@ -187,6 +187,16 @@ impl<K> ListenerQueue<K> {
                 true
             }
             _ => false,
+        }
+    }
+
+    /// The next notifications, up to `max`, as a batch sharing its chunk:
+    /// only when what comes next in a `Block` queue is a run of one (else
+    /// `None`, and [`pop`](Self::pop) them).
+    pub fn pop_shared(&mut self, max: usize) -> Option<EventBatch<K>> {
+        match &mut self.inner {
+            Inner::Block(q) => q.pop_shared(max),
+            Inner::Coalesce(_) => None,
         }
     }
 
@@ -351,6 +361,25 @@ impl<K> BlockQueue<K> {
         };
         self.len -= 1;
         Some(event)
+    }
+
+    /// Up to `max` events of the front run, when it is a shared one.
+    fn pop_shared(&mut self, max: usize) -> Option<EventBatch<K>> {
+        let Run::Shared { events, next, end } = self.runs.front_mut()? else {
+            return None;
+        };
+        let take = (*end - *next).min(max);
+        if take == 0 {
+            return None;
+        }
+        let range = *next..*next + take;
+        let events = events.clone();
+        *next += take;
+        if *next == *end {
+            self.runs.pop_front();
+        }
+        self.len -= take;
+        Some(EventBatch::shared(events, range))
     }
 
     fn iter(&self) -> impl Iterator<Item = &Event<K>> {
@@ -1110,6 +1139,33 @@ mod block_tests {
         assert_eq!(rest, ["c", "d", "last"]);
         assert_eq!(Arc::strong_count(&chunk), 1, "the run let the chunk go");
         assert!(q.is_empty());
+    }
+
+    /// `pop_shared` hands out the front run, at most `max` of it at a time,
+    /// and nothing while a single event (or nothing) is next; the queue's
+    /// order is kept between the two kinds of pops.
+    #[test]
+    fn the_front_run_is_popped_shared_up_to_max() {
+        let chunk: Arc<[Event<ConfigMap>]> = ["a", "b", "c"].map(added).into();
+        let mut q = ListenerQueue::new(OverflowPolicy::Block, 8);
+        assert!(q.pop_shared(4).is_none(), "empty");
+        q.push(added("first")).unwrap();
+        assert!(q.push_shared(&chunk, 0..3));
+        assert!(q.pop_shared(4).is_none(), "a single event is next");
+        assert_eq!(q.pop().unwrap().key().as_str(), "first");
+        let events = q.pop_shared(2).unwrap();
+        assert!(std::ptr::eq(&events[0], &chunk[0]), "shared, not copied");
+        assert_eq!((events.len(), q.len()), (2, 1));
+        assert!(q.pop_shared(0).is_none(), "no room");
+        let last = q.pop_shared(5).unwrap();
+        assert_eq!(last[0].key().as_str(), "c");
+        assert_eq!(last.len(), 1);
+        assert!(q.is_empty());
+        let mut coalesce = ListenerQueue::new(OverflowPolicy::Coalesce, 8);
+        coalesce.push(added("x")).unwrap();
+        assert!(coalesce.pop_shared(4).is_none());
+        drop((events, last));
+        assert_eq!(Arc::strong_count(&chunk), 1);
     }
 
     /// A run is taken only whole and only into a `Block` queue with room for

@@ -104,13 +104,17 @@ fn next_group<K: Send + Sync + 'static, R>(
     Some((last?, sent))
 }
 
-/// The next call's batch.
+/// The next call's batch: a run of the chunk the Indexer shares when that
+/// is what goes out next (no copy per subscriber), else its own events.
 fn next_batch<K: Send + Sync + 'static, R>(
     delivery: &mut Delivery<K, R>,
 ) -> Option<(EventBatch<K>, Sent)> {
+    if let Some(shared) = delivery.next_call_shared() {
+        return Some(shared);
+    }
     let mut batch = Vec::with_capacity(delivery.next_call_len());
     let sent = delivery.next_call(|event| batch.push(event))?;
-    Some((EventBatch(batch), sent))
+    Some((EventBatch::from(batch), sent))
 }
 
 /// Handler calls sent and not yet returned, oldest first: the subscriber

@@ -42,7 +42,7 @@ impl<K: Object> Handler<EventBatch<K>> for Recorder {
     type Result = ();
 
     fn handle(&mut self, batch: EventBatch<K>, ctx: &mut Context<Self>) {
-        for event in &batch.0 {
+        for event in batch.iter() {
             self.record(event);
         }
         self.maybe_stall(ctx);
@@ -58,7 +58,7 @@ impl<K: Object> StreamHandler<Event<K>> for Recorder {
 
 impl<K: Object> StreamHandler<EventBatch<K>> for Recorder {
     fn handle(&mut self, batch: EventBatch<K>, ctx: &mut Context<Self>) {
-        for event in &batch.0 {
+        for event in batch.iter() {
             self.record(event);
         }
         self.maybe_stall(ctx);
@@ -304,7 +304,7 @@ async fn read_on_tokio<K: Object>(
             tokio::spawn(async move {
                 let mut stalled = false;
                 while let Some(batch) = stream.next().await {
-                    for event in &batch.0 {
+                    for event in batch.iter() {
                         record(&probe, event);
                     }
                     stalls(&probe, &mut stalled).await;
