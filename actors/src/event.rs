@@ -173,7 +173,8 @@ impl<K: 'static> actix::Message for Event<K> {
 /// batches are a run of the events the Indexer shares between all its
 /// subscribers, not a copy: reading them by reference copies nothing, and
 /// taking them by value ([`IntoIterator`], [`into_vec`](Self::into_vec))
-/// clones each event (its key and `Arc`s).
+/// clones each event (its key and `Arc`s). A batch kept keeps its whole
+/// chunk (at most 256 events) alive until it is dropped.
 pub struct EventBatch<K>(Events<K>);
 
 /// A batch's events: its own, or a run of a chunk shared with others.
