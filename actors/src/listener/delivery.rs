@@ -174,14 +174,15 @@ impl<K, R> Delivery<K, R> {
         Some(sent)
     }
 
-    /// The next handler call as a batch sharing its chunk, when the window
-    /// has room and a run of one is what goes out next (see
-    /// [`Pending::pop_shared`]); counted in flight like [`next_call`](Self::next_call).
+    /// The next handler call as a batch sharing its chunk: only when the
+    /// events [`next_call`](Self::next_call) would hand over are all in one
+    /// run of it (see [`Pending::pop_shared`]), so a call never carries
+    /// fewer events for being shared. Counted in flight like `next_call`.
     pub fn next_call_shared(&mut self) -> Option<(EventBatch<K>, Sent)> {
         if self.stopped {
             return None;
         }
-        let batch = self.pending.pop_shared(self.window.next_call_max())?;
+        let batch = self.pending.pop_shared(self.next_call_len())?;
         let mut sent = Sent::default();
         batch.iter().for_each(|event| sent.count(event));
         self.window.sent(sent.events);
@@ -451,6 +452,29 @@ mod tests {
     /// Regression: a `Deliver` one larger than an idle `Block` listener's
     /// capacity used to hold its answer after the parked event had already
     /// moved into the queue, so the answer never came.
+    /// A batched call is a shared run only when that run holds everything
+    /// the call would carry: several small runs queued go out together,
+    /// copied, not one run per call (a slow subscriber would fall behind).
+    #[test]
+    fn a_batched_call_is_shared_only_when_one_run_holds_it_all() {
+        let shape = CallShape::Batches { max: 16, calls: 1 };
+        let mut d: Delivery<u32, &'static str> = Delivery::new(OverflowPolicy::Block, 64, shape);
+        let _ = d.deliver(&vec![added("a")].into());
+        let _ = d.deliver(&vec![added("b"), added("c")].into());
+        assert!(d.next_call_shared().is_none(), "three events over two runs");
+        let mut keys = Vec::new();
+        let sent = d.next_call(|e| keys.push(e.key().to_string())).unwrap();
+        assert_eq!(
+            (keys, sent.events),
+            (vec!["a".into(), "b".into(), "c".into()], 3)
+        );
+        d.returned(&sent);
+        let _ = d.deliver(&vec![added("d"), added("e")].into());
+        let (batch, sent) = d.next_call_shared().expect("one run holds the call");
+        assert_eq!((batch.len(), sent.events), (2, 2));
+        assert!(d.next_call_shared().is_none(), "one call in flight");
+    }
+
     #[test]
     fn a_deliver_larger_than_the_capacity_is_answered() {
         let mut l = Driven::new(OverflowPolicy::Block, 4, EACH);

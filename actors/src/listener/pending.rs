@@ -155,14 +155,14 @@ impl<K> Pending<K> {
         self.lane.pop()
     }
 
-    /// The next notifications, up to `max`, as a batch sharing its chunk,
-    /// when a run of one is what goes out next (no replay left, and the queue's
-    /// next events are one); else `None`, and [`pop`](Self::pop) them.
-    pub fn pop_shared(&mut self, max: usize) -> Option<EventBatch<K>> {
+    /// The next `n` notifications as a batch sharing its chunk, when they
+    /// are all in one run of it (no replay left, and the queue's next `n`
+    /// are one run); else `None`, and [`pop`](Self::pop) them.
+    pub fn pop_shared(&mut self, n: usize) -> Option<EventBatch<K>> {
         if self.replay.is_some() {
             return None;
         }
-        self.queue.pop_shared(max)
+        self.queue.pop_shared(n)
     }
 
     /// The next object of the replay as an initial add, if any is left.
@@ -386,12 +386,12 @@ mod tests {
         let mut p = Pending::new(OverflowPolicy::Block, 4);
         assert!(p.replay(replay(&["r0"], 1)));
         p.accept_shared(&[added("w", Cause::Watch)].into());
-        assert!(p.pop_shared(8).is_none());
+        assert!(p.pop_shared(1).is_none());
         assert_eq!(p.pop().unwrap().key().as_str(), "r0");
         assert_eq!(p.pop().unwrap().key().as_str(), "w");
         assert!(p.is_empty());
         p.accept_shared(&[added("x", Cause::Watch), added("y", Cause::Watch)].into());
-        let batch = p.pop_shared(8).unwrap();
+        let batch = p.pop_shared(2).unwrap();
         assert_eq!(
             batch.len(),
             2,

@@ -190,12 +190,12 @@ impl<K> ListenerQueue<K> {
         }
     }
 
-    /// The next notifications, up to `max`, as a batch sharing its chunk:
-    /// only when what comes next in a `Block` queue is a run of one (else
-    /// `None`, and [`pop`](Self::pop) them).
-    pub fn pop_shared(&mut self, max: usize) -> Option<EventBatch<K>> {
+    /// The next `n` notifications as a batch sharing its chunk: only when a
+    /// `Block` queue's next `n` are all in one run of a chunk (else `None`,
+    /// and [`pop`](Self::pop) them).
+    pub fn pop_shared(&mut self, n: usize) -> Option<EventBatch<K>> {
         match &mut self.inner {
-            Inner::Block(q) => q.pop_shared(max),
+            Inner::Block(q) => q.pop_shared(n),
             Inner::Coalesce(_) => None,
         }
     }
@@ -363,15 +363,15 @@ impl<K> BlockQueue<K> {
         Some(event)
     }
 
-    /// Up to `max` events of the front run, when it is a shared one.
-    fn pop_shared(&mut self, max: usize) -> Option<EventBatch<K>> {
+    /// The next `n` events, when the front run is a shared one holding them all.
+    fn pop_shared(&mut self, n: usize) -> Option<EventBatch<K>> {
         let Run::Shared { events, next, end } = self.runs.front_mut()? else {
             return None;
         };
-        let take = (*end - *next).min(max);
-        if take == 0 {
+        if n == 0 || *end - *next < n {
             return None;
         }
+        let take = n;
         let range = *next..*next + take;
         let events = events.clone();
         *next += take;
@@ -1141,29 +1141,30 @@ mod block_tests {
         assert!(q.is_empty());
     }
 
-    /// `pop_shared` hands out the front run, at most `max` of it at a time,
-    /// and nothing while a single event (or nothing) is next; the queue's
-    /// order is kept between the two kinds of pops.
+    /// `pop_shared(n)` hands out the next `n` events only when the front run
+    /// holds them all, and nothing while a single event (or nothing) is
+    /// next; the queue's order is kept between the two kinds of pops.
     #[test]
     fn the_front_run_is_popped_shared_up_to_max() {
         let chunk: Arc<[Event<ConfigMap>]> = ["a", "b", "c"].map(added).into();
         let mut q = ListenerQueue::new(OverflowPolicy::Block, 8);
-        assert!(q.pop_shared(4).is_none(), "empty");
+        assert!(q.pop_shared(1).is_none(), "empty");
         q.push(added("first")).unwrap();
         assert!(q.push_shared(&chunk, 0..3));
-        assert!(q.pop_shared(4).is_none(), "a single event is next");
+        assert!(q.pop_shared(1).is_none(), "a single event is next");
         assert_eq!(q.pop().unwrap().key().as_str(), "first");
         let events = q.pop_shared(2).unwrap();
         assert!(std::ptr::eq(&events[0], &chunk[0]), "shared, not copied");
         assert_eq!((events.len(), q.len()), (2, 1));
         assert!(q.pop_shared(0).is_none(), "no room");
-        let last = q.pop_shared(5).unwrap();
+        assert!(q.pop_shared(2).is_none(), "the run holds one more, not two");
+        let last = q.pop_shared(1).unwrap();
         assert_eq!(last[0].key().as_str(), "c");
         assert_eq!(last.len(), 1);
         assert!(q.is_empty());
         let mut coalesce = ListenerQueue::new(OverflowPolicy::Coalesce, 8);
         coalesce.push(added("x")).unwrap();
-        assert!(coalesce.pop_shared(4).is_none());
+        assert!(coalesce.pop_shared(1).is_none());
         drop((events, last));
         assert_eq!(Arc::strong_count(&chunk), 1);
     }
