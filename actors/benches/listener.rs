@@ -327,13 +327,11 @@ async fn fanout_run(mode: Mode, subscribers: usize, events: &[Event<ConfigMap>])
     // and shared by every listener, as the Indexer shares them.
     let shared: Vec<std::sync::Arc<[Event<ConfigMap>]>> =
         events.chunks(FANOUT_CHUNK).map(Into::into).collect();
-    let mut chunks: Vec<Vec<std::sync::Arc<[Event<ConfigMap>]>>> =
-        outlets.iter().map(|_| shared.clone()).collect();
     let start = std::time::Instant::now();
-    for c in 0..events.len().div_ceil(FANOUT_CHUNK) {
+    for shared_chunk in &shared {
         let mut answered = Vec::new();
-        for ((addr, credit, _), per_listener) in outlets.iter_mut().zip(chunks.iter_mut()) {
-            let chunk = per_listener[c].clone();
+        for (addr, credit, _) in outlets.iter_mut() {
+            let chunk = shared_chunk.clone();
             if credit.try_unanswered(chunk.len()) {
                 addr.do_send(Deliver(chunk));
             } else {

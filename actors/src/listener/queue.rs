@@ -371,14 +371,17 @@ impl<K> BlockQueue<K> {
         if n == 0 || *end - *next < n {
             return None;
         }
-        let take = n;
-        let range = *next..*next + take;
-        let events = events.clone();
-        *next += take;
-        if *next == *end {
-            self.runs.pop_front();
+        let range = *next..*next + n;
+        if range.end < *end {
+            *next = range.end;
+            self.len -= n;
+            return Some(EventBatch::shared(events.clone(), range));
         }
-        self.len -= take;
+        // The whole rest of the run: its chunk moves into the batch.
+        let Some(Run::Shared { events, .. }) = self.runs.pop_front() else {
+            return None;
+        };
+        self.len -= n;
         Some(EventBatch::shared(events, range))
     }
 
