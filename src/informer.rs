@@ -899,6 +899,50 @@ where
             .await
     }
 
+    /// Subscribes a function called with each event, in order, by the
+    /// listener itself: no actor message, channel or answer per event, so
+    /// this is the cheapest way to take one event per call (BENCHMARKS.md,
+    /// issue 24). Same guarantees as [`Informer::subscribe`]: the cache as
+    /// `Initial` adds first, then every change; a call is handled once it
+    /// returned, so the subscription syncs once the initial adds' calls did,
+    /// and `Block` waits for the function.
+    ///
+    /// The function runs on the listener's thread (the informer's own
+    /// thread with [`InformerBuilder::start_on_own_thread`], else the one
+    /// that subscribed), between the informer's other work: whatever it
+    /// does delays every subscriber there. Made for handlers that record,
+    /// or hand work on to a workqueue or a channel, as client-go's handler
+    /// functions do; anything slower belongs in an actor
+    /// ([`Informer::subscribe`]) or a stream, which a slow consumer cannot
+    /// hold up the others with. A replay or backlog is taken in turns of at
+    /// most [`INLINE_TURN`](kinformer_actors::listener::INLINE_TURN) events.
+    /// A panic in the function ends the subscription, as a panicking
+    /// subscriber actor does: it is logged, [`Subscription::is_gone`] turns
+    /// true and [`InformerStats::subscribers_lost`] counts it.
+    ///
+    /// ```no_run
+    /// # async fn f(informer: kinformer::Informer<k8s_openapi::api::core::v1::ConfigMap>)
+    /// # -> Result<(), kinformer::InformerError> {
+    /// let (tx, mut keys) = tokio::sync::mpsc::unbounded_channel();
+    /// let subscription = informer
+    ///     .subscribe_inline(kinformer::SubscribeOptions::default(), move |event| {
+    ///         let _ = tx.send(event.key().clone());
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn subscribe_inline<F>(
+        &self,
+        options: SubscribeOptions,
+        handler: F,
+    ) -> Result<Subscription<K>, InformerError>
+    where
+        F: FnMut(&Event<K>) + Send + 'static,
+    {
+        self.subscribe_target(move || Target::Inline(Box::new(handler)), options)
+            .await
+    }
+
     /// Subscribes a [`Stream`](futures::Stream) of events, with the same
     /// guarantees as [`Informer::subscribe`]; see [`EventStream`] (an event
     /// counts as handled once the consumer polls the stream again; dropping

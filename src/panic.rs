@@ -19,11 +19,4 @@ pub(crate) fn call_caught<Fut: Future>(
         .map(|future| AssertUnwindSafe(future).catch_unwind())
 }
 
-/// A panic's message when it is a string (as `panic!` makes it).
-pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> &str {
-    panic
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("(not a string)")
-}
+pub(crate) use kinformer_actors::panic::panic_message;

@@ -645,14 +645,14 @@ async fn a_label_selector_and_an_index_hold_only_what_they_select<K: Cached>(kin
 // initial sync across pages, watch adds, updates and deletes, resyncs,
 // replays, relists after a 410 with their diff, selectors and indexes,
 // stalled subscribers, unsubscribing.
-for_kinds!(initial_sync_across_pages_then_changes_reach_every_subscriber_in_order: actor stream closure worker metadata metadata_stream metadata_closure compact compact_closure metadata_compact);
-for_kinds!(each_subscriber_resyncs_at_its_own_period: actor stream closure worker metadata compact);
-for_kinds!(late_subscriber_gets_a_replay_and_its_own_sync_state: actor stream closure worker metadata compact compact_closure);
-for_kinds!(compaction_forces_relist_with_tombstones_and_no_update_storm: actor metadata compact metadata_compact);
+for_kinds!(initial_sync_across_pages_then_changes_reach_every_subscriber_in_order: actor inline stream closure worker metadata metadata_stream metadata_closure compact compact_closure metadata_compact);
+for_kinds!(each_subscriber_resyncs_at_its_own_period: actor inline stream closure worker metadata compact);
+for_kinds!(late_subscriber_gets_a_replay_and_its_own_sync_state: actor inline stream closure worker metadata compact compact_closure);
+for_kinds!(compaction_forces_relist_with_tombstones_and_no_update_storm: actor inline metadata compact metadata_compact);
 // Sharing holds only in the decoded cache: a compact one decodes each read.
 for_kinds!(a_relist_keeps_the_cached_arc_of_every_unchanged_object: actor metadata);
 for_kinds!(a_label_selector_and_an_index_hold_only_what_they_select: actor metadata compact metadata_compact);
-for_kinds!(a_subscriber_changes_its_resync_period_after_subscribing: actor stream closure worker compact);
+for_kinds!(a_subscriber_changes_its_resync_period_after_subscribing: actor inline stream closure worker compact);
 for_kinds!(stalled_coalesce_subscriber_delays_nobody_and_stays_bounded_by_keys: actor stream closure worker compact);
 for_kinds!(stalled_block_subscriber_holds_the_pipeline_with_bounded_memory: actor stream closure worker compact);
 for_kinds!(relists_against_a_stalled_block_subscriber_do_not_pile_up: actor stream closure worker compact);

@@ -1,5 +1,5 @@
 //! Panic containment where user code runs: a transform, an index function,
-//! subscriber handlers (per event, batched, pipelined), including during the
+//! subscriber handlers (per event, batched, pipelined, inline), including during the
 //! initial list. Each time the informer and the other subscribers go on,
 //! the failure is counted, and `wait_for_sync` never hangs because a handler
 //! panicked during the initial list (k8s#129024).
@@ -70,6 +70,7 @@ enum Mode {
     Each,
     Batches,
     Pipelined,
+    Inline,
 }
 
 /// A subscriber that panics during the initial list (with a small Block
@@ -88,6 +89,17 @@ async fn panics_during_the_initial_list(mode: Mode) {
                 .await
         }
         Mode::Pipelined => informer.subscribe_pipelined(&panicky, options).await,
+        Mode::Inline => {
+            let mut seen = 0;
+            informer
+                .subscribe_inline(options, move |_| {
+                    seen += 1;
+                    if seen >= 5 {
+                        panic!("{BUG}");
+                    }
+                })
+                .await
+        }
     }
     .unwrap();
     let (alive, log) = Recorder::start();
@@ -132,6 +144,11 @@ async fn a_batched_subscriber_panicking_during_the_initial_list_does_not_block_s
 #[actix::test]
 async fn a_pipelined_subscriber_panicking_during_the_initial_list_does_not_block_sync() {
     panics_during_the_initial_list(Mode::Pipelined).await;
+}
+
+#[actix::test]
+async fn an_inline_handler_panicking_during_the_initial_list_does_not_block_sync() {
+    panics_during_the_initial_list(Mode::Inline).await;
 }
 
 #[actix::test]

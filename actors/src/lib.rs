@@ -12,6 +12,7 @@ pub mod delta;
 pub mod event;
 pub mod key;
 pub mod old;
+pub mod panic;
 pub mod subscriber;
 
 pub use delta::{Delta, DeltaType, KnownObjects, PopReceipt, Popped};

@@ -553,6 +553,9 @@ pub enum Kind {
     /// An actor reading its stream in its own context on a worker thread
     /// (`Workers::start_reading`).
     Worker,
+    /// A function the listener calls in place (`subscribe_inline`), the
+    /// informer in the test's actix System. It cannot wait: no gate.
+    Inline,
     CompactActor,
     CompactClosure,
 }
@@ -564,6 +567,7 @@ enum Subscriber {
     Stream,
     Closure,
     Worker,
+    Inline,
 }
 
 impl Kind {
@@ -585,7 +589,7 @@ impl Kind {
             _ => builder,
         };
         match self.subscriber() {
-            Subscriber::Actor => builder.start().expect("start the informer"),
+            Subscriber::Actor | Subscriber::Inline => builder.start().expect("start the informer"),
             Subscriber::Stream | Subscriber::Closure | Subscriber::Worker => builder
                 .start_on_own_thread()
                 .expect("start the informer on its own thread"),
@@ -598,6 +602,7 @@ impl Kind {
             Kind::Actor | Kind::CompactActor => Subscriber::Actor,
             Kind::Stream => Subscriber::Stream,
             Kind::Worker => Subscriber::Worker,
+            Kind::Inline => Subscriber::Inline,
             Kind::Closure | Kind::CompactClosure => Subscriber::Closure,
         }
     }
@@ -641,6 +646,18 @@ impl Kind {
                 let log = log.clone();
                 workers().start_reading(stream, move |_| StreamRecorder { log, gate });
                 Ok(sub)
+            }
+            Subscriber::Inline => {
+                assert!(
+                    gate.is_none(),
+                    "an inline handler cannot wait behind a gate"
+                );
+                let log = log.clone();
+                informer
+                    .subscribe_inline(options, move |event| {
+                        record(&log, event);
+                    })
+                    .await
             }
             Subscriber::Closure => {
                 let log = log.clone();
@@ -733,6 +750,9 @@ macro_rules! kind_test {
     };
     ($name:ident, closure) => {
         $crate::kind_test!(@tokio $name, closure, k8s_openapi::api::core::v1::ConfigMap, Closure);
+    };
+    ($name:ident, inline) => {
+        $crate::kind_test!(@actix $name, inline, k8s_openapi::api::core::v1::ConfigMap, Inline);
     };
     ($name:ident, metadata) => {
         $crate::kind_test!(@actix $name, metadata, $crate::common::MetadataOnly, Actor);

@@ -21,9 +21,9 @@ use super::delivery::{Delivery, Due, Sent, When};
 use super::messages::{
     CacheSynced, Deliver, DeliverResync, ListenerGone, RESYNC_HOLD_MAX, Replay, StopListener,
 };
-use super::options::{ListenerOptions, Target};
+use super::options::{INLINE_TURN, ListenerOptions, Target};
 use super::reply::{Reply, answer, held};
-use super::sink::{Calls, Sink};
+use super::sink::{Calls, HandlerPanicked, Sink};
 use super::stats::{ListenerStats, SyncedChannel};
 use crate::answer::Answer;
 use crate::subscriber::SubscriberId;
@@ -39,6 +39,8 @@ pub struct Listener<K: Send + Sync + 'static> {
     /// context polls every pending timer at each wake-up, and one per chunk
     /// took about 10 % of the CPU of a run with sweeps (BENCHMARKS.md).
     resync_timer: bool,
+    /// The next inline turn is scheduled (inline handlers only).
+    inline_turn_queued: bool,
     /// Answered once stopped.
     idle_waiters: Vec<oneshot::Sender<()>>,
     synced: SyncedChannel,
@@ -72,6 +74,7 @@ impl<K: Send + Sync + 'static> Listener<K> {
             sink,
             calls: Calls::new(),
             resync_timer: false,
+            inline_turn_queued: false,
             idle_waiters: Vec::new(),
             synced: SyncedChannel::new(synced),
             stats,
@@ -99,6 +102,9 @@ impl<K: Send + Sync + 'static> Listener<K> {
 
     /// Sends handler calls while the window has room and anything is pending.
     fn pump(&mut self, ctx: &mut Context<Self>) {
+        if self.sink.is_inline() {
+            return self.run_inline(ctx);
+        }
         let mut sent_any = false;
         while let Some(call) = self.sink.call(&mut self.delivery) {
             self.calls.push(call);
@@ -111,12 +117,58 @@ impl<K: Send + Sync + 'static> Listener<K> {
             answer(self.delivery.sent_calls());
             self.publish();
         }
+        self.when_idle();
+    }
+
+    /// Once nothing is pending or in flight: answers who waits for that.
+    fn when_idle(&mut self) {
         if self.delivery.is_idle() {
             for w in self.idle_waiters.drain(..) {
                 let _ = w.send(());
             }
             self.delivery.release_idle_memory();
         }
+    }
+
+    /// Calls the inline handler with what is pending, one turn of at most
+    /// [`INLINE_TURN`] events; the rest in the next turn, after the thread's
+    /// other actors ran. Each call returns before the next is made, so the
+    /// window is empty between calls and every answer the room frees goes now.
+    fn run_inline(&mut self, ctx: &mut Context<Self>) {
+        let mut handled = 0;
+        while handled < INLINE_TURN {
+            match self.sink.call_inline(&mut self.delivery) {
+                None => break,
+                Some(Ok(sent)) => {
+                    self.delivery.returned(&sent);
+                    self.stats.handled(&sent);
+                    answer(self.delivery.sent_calls());
+                    handled += sent.events;
+                }
+                Some(Err(HandlerPanicked(message))) => {
+                    tracing::error!(subscriber = %self.id, panic = %message, "inline handler panicked; removing its listener");
+                    self.stats.gone.store(true, Ordering::Relaxed);
+                    ctx.stop();
+                    return;
+                }
+            }
+        }
+        if handled > 0 {
+            self.publish();
+        }
+        if !self.delivery.is_idle() && !self.delivery.is_stopped() && !self.inline_turn_queued {
+            // Yield to the runtime first: actix would handle a `notify` in
+            // the same poll, before any other actor of the thread ran.
+            self.inline_turn_queued = true;
+            ctx.spawn(
+                fut::wrap_future(tokio::task::yield_now()).map(|(), act: &mut Self, ctx| {
+                    let _span = act.span.clone().entered();
+                    act.inline_turn_queued = false;
+                    act.run_inline(ctx);
+                }),
+            );
+        }
+        self.when_idle();
     }
 
     /// One handler call returned (or the subscriber is gone).
@@ -291,6 +343,10 @@ impl<K: Send + Sync + 'static> Handler<StopListener> for Listener<K> {
         })
     }
 }
+
+#[cfg(test)]
+#[path = "inline_tests.rs"]
+mod inline_tests;
 
 #[cfg(test)]
 mod tests {
@@ -685,7 +741,7 @@ mod tests {
         let mut next = crate::listener::fixtures::seeded();
         for policy in [OverflowPolicy::Block, OverflowPolicy::Coalesce] {
             for capacity in [1, 2, 3, 8] {
-                for mode in 0..6 {
+                for mode in 0..7 {
                     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
                     let sink = JitterySink {
                         seen: seen.clone(),
@@ -699,10 +755,16 @@ mod tests {
                             recipient: sink.clone().recipient(),
                             depth: [2, 4, 8][mode - 1],
                         },
-                        _ => Target::Batches {
+                        4 | 5 => Target::Batches {
                             recipient: sink.clone().recipient(),
                             max: [1, 5][mode - 4],
                         },
+                        _ => {
+                            let seen = seen.clone();
+                            Target::Inline(Box::new(move |e| {
+                                seen.lock().unwrap().push(e.key().to_string())
+                            }))
+                        }
                     };
                     let stats = Arc::new(ListenerStats::default());
                     let listener = Listener::new(

@@ -40,7 +40,7 @@ pub use messages::{
     CacheSynced, Deliver, DeliverResync, ListenerGone, RESYNC_HOLD_MAX, RESYNC_LANE_LOW, Replay,
     StopListener,
 };
-pub use options::{ListenerOptions, Target};
+pub use options::{INLINE_TURN, InlineHandler, ListenerOptions, Target};
 pub use pending::Pending;
 pub use queue::{ListenerQueue, OverflowPolicy, Pushed, QueueFull};
 pub use stats::ListenerStats;

@@ -16,6 +16,14 @@ pub struct ListenerOptions {
     pub capacity: usize,
 }
 
+/// A handler function the listener calls itself, in place (see [`Target::Inline`]).
+pub type InlineHandler<K> = Box<dyn FnMut(&Event<K>) + Send>;
+
+/// Most events an inline handler is called with in one turn of its
+/// listener: a replay of a large cache is handled a turn at a time, so the
+/// thread's other actors run in between.
+pub const INLINE_TURN: usize = 1024;
+
 /// Where a listener delivers: one notification per handler call, or batches.
 pub enum Target<K: Send + Sync + 'static> {
     /// One [`Event`] per handler call (client-go's one notification at a
@@ -57,6 +65,14 @@ pub enum Target<K: Send + Sync + 'static> {
         /// Most events in one batch (at least 1).
         max: usize,
     },
+    /// One [`Event`] per call of a function the listener calls itself, on
+    /// the listener's thread, with no message, channel or answer per event:
+    /// a call is handled once it returned. For handlers that only record or
+    /// hand work on (a workqueue, a channel), as client-go's handler
+    /// functions do on their listener's goroutine. Whatever the function
+    /// does delays every actor on that thread: keep it short. A panic in it
+    /// ends the subscription, as a panicking subscriber actor does.
+    Inline(InlineHandler<K>),
 }
 
 impl<K: Send + Sync + 'static> From<Recipient<Event<K>>> for Target<K> {

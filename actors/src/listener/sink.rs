@@ -13,7 +13,7 @@ use futures::future::Either;
 
 use super::delivery::{Delivery, Sent};
 use super::feed::{FeedSender, Taken};
-use super::options::Target;
+use super::options::{INLINE_TURN, InlineHandler, Target};
 use super::window::CallShape;
 use crate::event::{Event, EventBatch};
 
@@ -24,7 +24,13 @@ pub(super) enum Sink<K: Send + Sync + 'static> {
     Batches(Recipient<EventBatch<K>>),
     EventFeed(FeedSender<Event<K>>),
     BatchFeed(FeedSender<EventBatch<K>>),
+    /// A function the listener calls in place ([`Target::Inline`]).
+    Inline(InlineHandler<K>),
 }
+
+/// An inline handler panicked: the payload's message when it has one.
+#[derive(Debug)]
+pub(super) struct HandlerPanicked(pub(super) String);
 
 /// A handler call in flight: its answer, and what it carried.
 pub(super) struct Call<K: Send + Sync + 'static> {
@@ -53,6 +59,47 @@ impl<K: Send + Sync + 'static> Sink<K> {
             Target::FeedBatches { feed, max } => {
                 (Sink::BatchFeed(feed), CallShape::Batches { max, calls: 2 })
             }
+            // A "call" is a run of events through the function, returned
+            // before the next: the window only bounds one run.
+            Target::Inline(handler) => (
+                Sink::Inline(handler),
+                CallShape::Batches {
+                    max: INLINE_TURN,
+                    calls: 1,
+                },
+            ),
+        }
+    }
+
+    /// True for a function called in place, which [`Sink::call`] never sends to.
+    pub(super) fn is_inline(&self) -> bool {
+        matches!(self, Sink::Inline(_))
+    }
+
+    /// Inline only: calls the function with each event of the next call, in
+    /// order, and returns what the call carried (`None` when nothing is due,
+    /// or for any other sink). The events are read in place when one run of
+    /// a shared chunk holds them all. A panic is caught and reported: the
+    /// events of that call are lost with the subscription.
+    pub(super) fn call_inline<R>(
+        &mut self,
+        delivery: &mut Delivery<K, R>,
+    ) -> Option<Result<Sent, HandlerPanicked>> {
+        let Sink::Inline(handler) = self else {
+            return None;
+        };
+        let run = std::panic::AssertUnwindSafe(|| match delivery.next_call_shared() {
+            Some((batch, sent)) => {
+                batch.iter().for_each(&mut *handler);
+                Some(sent)
+            }
+            None => delivery.next_call(|event| handler(&event)),
+        });
+        match std::panic::catch_unwind(run) {
+            Ok(sent) => sent.map(Ok),
+            Err(panic) => Some(Err(HandlerPanicked(
+                crate::panic::panic_message(&*panic).to_owned(),
+            ))),
         }
     }
 
@@ -81,6 +128,7 @@ impl<K: Send + Sync + 'static> Sink<K> {
                 let (batch, sent) = next_batch(delivery)?;
                 (Either::Right(feed.call(batch)), sent)
             }
+            Sink::Inline(_) => return None,
         };
         Some(Call {
             request: Box::pin(request),

@@ -1,0 +1,180 @@
+//! A listener calling an inline handler ([`Target::Inline`]): a large
+//! replay goes in turns with the thread's other actors running between
+//! them, its sync follows the calls, and a panic ends the subscription.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use actix::prelude::*;
+use tokio::sync::watch;
+
+use super::*;
+use crate::event::Cause;
+use crate::key::ObjectKey;
+use crate::listener::fixtures::added;
+use crate::listener::queue::OverflowPolicy;
+
+fn inline_listener(
+    handler: impl FnMut(&crate::event::Event<u32>) + Send + 'static,
+    capacity: usize,
+) -> (
+    Addr<Listener<u32>>,
+    Arc<ListenerStats>,
+    watch::Receiver<bool>,
+) {
+    let (synced, synced_rx) = watch::channel(false);
+    let stats = Arc::new(ListenerStats::default());
+    let listener = Listener::new(
+        SubscriberId(1),
+        Target::Inline(Box::new(handler)),
+        ListenerOptions {
+            policy: OverflowPolicy::Block,
+            capacity,
+        },
+        synced,
+        stats.clone(),
+    )
+    .start();
+    (listener, stats, synced_rx)
+}
+
+/// Counts the `Tick`s it handled.
+struct Ticker(Arc<AtomicUsize>);
+
+impl Actor for Ticker {
+    type Context = Context<Self>;
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Tick;
+
+impl Handler<Tick> for Ticker {
+    type Result = ();
+
+    fn handle(&mut self, _: Tick, _: &mut Context<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// A replay of 2.5 turns is handled in order, a turn of `INLINE_TURN`
+/// events at a time: a message another actor of the thread got during the
+/// first turn is handled before the second starts. The subscription syncs
+/// once every initial add was handled (HS-2).
+#[actix::test]
+async fn a_replay_larger_than_a_turn_goes_in_turns_with_other_actors_between() {
+    let ticks = Arc::new(AtomicUsize::new(0));
+    let ticker = Ticker(ticks.clone()).start();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (listener, stats, mut synced) = inline_listener(
+        {
+            let (seen, ticks) = (seen.clone(), ticks.clone());
+            move |e| {
+                let mut seen = seen.lock().unwrap();
+                if seen.is_empty() {
+                    ticker.do_send(Tick);
+                }
+                seen.push((e.key().to_string(), e.cause(), ticks.load(Ordering::SeqCst)));
+            }
+        },
+        8,
+    );
+    let n = INLINE_TURN * 5 / 2;
+    let names: Vec<String> = (0..n).map(|i| format!("r{i:05}")).collect();
+    let objects: Vec<(ObjectKey, Arc<u32>)> = names
+        .iter()
+        .map(|name| (name.as_str().into(), Arc::new(1)))
+        .collect();
+    listener
+        .send(Replay {
+            len: objects.len(),
+            objects: Box::new(objects.into_iter()),
+        })
+        .await
+        .unwrap();
+    listener.send(CacheSynced).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), synced.wait_for(|s| *s))
+        .await
+        .expect("synced once the replay was handled")
+        .unwrap();
+    let seen = seen.lock().unwrap();
+    let keys: Vec<&str> = seen.iter().map(|(k, _, _)| k.as_str()).collect();
+    assert_eq!(keys, names.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(seen.iter().all(|(_, cause, _)| *cause == Cause::Initial));
+    let first_after_tick = seen.iter().position(|(_, _, t)| *t == 1);
+    assert_eq!(
+        first_after_tick,
+        Some(INLINE_TURN),
+        "the other actor ran between the first two turns, not during one"
+    );
+    assert_eq!(stats.delivered.load(Ordering::SeqCst), n as u64);
+    assert_eq!(stats.pending.load(Ordering::SeqCst), 0);
+    assert_eq!(stats.in_flight.load(Ordering::SeqCst), 0);
+}
+
+/// Deliveries larger than the `Block` queue's room are handled whole, in
+/// order, each answered once its events were handled.
+#[actix::test]
+async fn deliveries_larger_than_the_queue_are_handled_in_order_before_their_answer() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (listener, stats, _) = inline_listener(
+        {
+            let seen = seen.clone();
+            move |e| seen.lock().unwrap().push(e.key().to_string())
+        },
+        2,
+    );
+    let mut names = Vec::new();
+    for round in 0..4 {
+        let batch: Vec<String> = (0..7).map(|i| format!("d{round}-{i}")).collect();
+        let events: Vec<_> = batch.iter().map(|k| added(k, Cause::Watch)).collect();
+        names.extend(batch);
+        listener
+            .send(Deliver(events.into()))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(*seen.lock().unwrap(), names, "answered before handled");
+    }
+    assert_eq!(stats.delivered.load(Ordering::SeqCst), 28);
+}
+
+/// A panicking handler ends the subscription: the listener marks it gone
+/// and stops, and takes nothing more.
+#[actix::test]
+async fn a_panicking_inline_handler_removes_its_listener() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let (listener, stats, _) = inline_listener(
+        {
+            let calls = calls.clone();
+            move |_| {
+                if calls.fetch_add(1, Ordering::SeqCst) == 2 {
+                    panic!("user-code bug (expected by the test)");
+                }
+            }
+        },
+        8,
+    );
+    let events: Vec<_> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|k| added(k, Cause::Watch))
+        .collect();
+    let _ = listener.send(Deliver(events.into())).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while listener.connected() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "listener still running"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert!(stats.gone.load(Ordering::SeqCst));
+    assert_eq!(calls.load(Ordering::SeqCst), 3, "no call after the panic");
+    assert!(
+        listener
+            .send(Deliver(vec![added("e", Cause::Watch)].into()))
+            .await
+            .is_err()
+    );
+}
