@@ -93,6 +93,10 @@ pub enum Delivery {
     /// next; the informer on its own thread, the closures' task on a
     /// 2-worker tokio runtime.
     Closure,
+    /// `subscribe_inline`: a function the listener calls in place, on the
+    /// informer's thread. It cannot stall (it would stall the thread): not
+    /// for the slow-subscriber workload.
+    Inline,
 }
 
 impl Variant {
@@ -147,6 +151,12 @@ impl Variant {
     /// kube-runtime's subscribers do) rather than an actix System.
     pub fn on_tokio_workers(&self) -> bool {
         self.lib == Lib::KubeRuntime || self.tokio_streams || self.delivery == Delivery::Closure
+    }
+
+    /// The same with inline handler functions (see `Delivery::Inline`).
+    pub const fn inline(mut self) -> Self {
+        self.delivery = Delivery::Inline;
+        self
     }
 
     /// The same with pipelined subscribers.
@@ -241,6 +251,7 @@ impl Variant {
             Delivery::Batched => s.push_str(" (batched subscribers)"),
             Delivery::Pipelined => s.push_str(" (pipelined subscribers)"),
             Delivery::Closure => s.push_str(" (closures on 2 tokio workers)"),
+            Delivery::Inline => s.push_str(" (inline handlers)"),
         }
         match self.strip {
             Strip::None => {}

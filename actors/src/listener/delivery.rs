@@ -179,10 +179,28 @@ impl<K, R> Delivery<K, R> {
     /// run of it (see [`Pending::pop_shared`]), so a call never carries
     /// fewer events for being shared. Counted in flight like `next_call`.
     pub fn next_call_shared(&mut self) -> Option<(EventBatch<K>, Sent)> {
+        self.shared_call(self.next_call_len())
+    }
+
+    /// The next handler call as the front run of a shared chunk, however
+    /// few events that run holds (at most what a call may carry): for a
+    /// handler that reads events in place, where a shorter call costs
+    /// nothing ([`Target::Inline`](super::Target::Inline)). Counted in
+    /// flight like `next_call`.
+    pub fn next_call_front_run(&mut self) -> Option<(EventBatch<K>, Sent)> {
+        let n = self
+            .pending
+            .front_shared_len()
+            .min(self.window.next_call_max());
+        self.shared_call(n)
+    }
+
+    /// The next `n` events as one call sharing their chunk, if one run holds them.
+    fn shared_call(&mut self, n: usize) -> Option<(EventBatch<K>, Sent)> {
         if self.stopped {
             return None;
         }
-        let batch = self.pending.pop_shared(self.next_call_len())?;
+        let batch = self.pending.pop_shared(n)?;
         let mut sent = Sent::default();
         batch.iter().for_each(|event| sent.count(event));
         self.window.sent(sent.events);
@@ -473,6 +491,30 @@ mod tests {
         let (batch, sent) = d.next_call_shared().expect("one run holds the call");
         assert_eq!((batch.len(), sent.events), (2, 2));
         assert!(d.next_call_shared().is_none(), "one call in flight");
+    }
+
+    /// A call of the front run takes that run alone, however short, and
+    /// never reaches into the next; a front that is no shared run gives none.
+    #[test]
+    fn a_front_run_call_takes_the_front_run_alone() {
+        let shape = CallShape::Batches { max: 16, calls: 1 };
+        let mut d: Delivery<u32, &'static str> = Delivery::new(OverflowPolicy::Block, 64, shape);
+        let _ = d.deliver(&vec![added("a")].into());
+        let _ = d.deliver(&vec![added("b"), added("c")].into());
+        let (batch, sent) = d.next_call_front_run().expect("a shared run in front");
+        assert_eq!((batch.len(), sent.events), (1, 1));
+        assert!(d.next_call_front_run().is_none(), "one call in flight");
+        d.returned(&sent);
+        let (batch, sent) = d.next_call_front_run().unwrap();
+        let keys: Vec<String> = batch.iter().map(|e| e.key().to_string()).collect();
+        assert_eq!((keys, sent.events), (vec!["b".into(), "c".into()], 2));
+        d.returned(&sent);
+        assert!(d.next_call_front_run().is_none(), "nothing pending");
+        let mut coalescing: Delivery<u32, &'static str> =
+            Delivery::new(OverflowPolicy::Coalesce, 64, shape);
+        let _ = coalescing.deliver(&vec![added("d")].into());
+        assert!(coalescing.next_call_front_run().is_none(), "not a shared run");
+        assert!(coalescing.next_call(|_| {}).is_some());
     }
 
     #[test]

@@ -165,6 +165,15 @@ impl<K> Pending<K> {
         self.queue.pop_shared(n)
     }
 
+    /// How many notifications [`pop_shared`](Self::pop_shared) can take
+    /// now from the front run of a shared chunk (0 while a replay is left).
+    pub fn front_shared_len(&self) -> usize {
+        if self.replay.is_some() {
+            return 0;
+        }
+        self.queue.front_shared_len()
+    }
+
     /// The next object of the replay as an initial add, if any is left.
     fn next_replayed(&mut self) -> Option<Event<K>> {
         let replay = self.replay.as_mut()?;

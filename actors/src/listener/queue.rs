@@ -200,6 +200,15 @@ impl<K> ListenerQueue<K> {
         }
     }
 
+    /// How many notifications [`pop_shared`](Self::pop_shared) can take
+    /// from the front run of a shared chunk (0 if the front is no such run).
+    pub fn front_shared_len(&self) -> usize {
+        match &self.inner {
+            Inner::Block(q) => q.front_shared_len(),
+            Inner::Coalesce(_) => 0,
+        }
+    }
+
     /// The next notification to deliver, oldest key first.
     pub fn pop(&mut self) -> Option<Event<K>> {
         match &mut self.inner {
@@ -364,6 +373,14 @@ impl<K> BlockQueue<K> {
     }
 
     /// The next `n` events, when the front run is a shared one holding them all.
+    /// Events left in the front run when it is a run of a shared chunk, else 0.
+    fn front_shared_len(&self) -> usize {
+        match self.runs.front() {
+            Some(Run::Shared { next, end, .. }) => end - next,
+            _ => 0,
+        }
+    }
+
     fn pop_shared(&mut self, n: usize) -> Option<EventBatch<K>> {
         let Run::Shared { events, next, end } = self.runs.front_mut()? else {
             return None;

@@ -78,8 +78,8 @@ impl<K: Send + Sync + 'static> Sink<K> {
 
     /// Inline only: calls the function with each event of the next call, in
     /// order, and returns what the call carried (`None` when nothing is due,
-    /// or for any other sink). The events are read in place when one run of
-    /// a shared chunk holds them all. A panic is caught and reported: the
+    /// or for any other sink). A run of a shared chunk at the front is read
+    /// in place, as one call; other events are taken one by one. A panic is caught and reported: the
     /// events of that call are lost with the subscription.
     pub(super) fn call_inline<R>(
         &mut self,
@@ -88,7 +88,7 @@ impl<K: Send + Sync + 'static> Sink<K> {
         let Sink::Inline(handler) = self else {
             return None;
         };
-        let run = std::panic::AssertUnwindSafe(|| match delivery.next_call_shared() {
+        let run = std::panic::AssertUnwindSafe(|| match delivery.next_call_front_run() {
             Some((batch, sent)) => {
                 batch.iter().for_each(&mut *handler);
                 Some(sent)

@@ -222,7 +222,7 @@ where
                     let sub = stream.subscription().clone();
                     (sub, start_reading(workers, recorder, stream))
                 }
-                Delivery::Each | Delivery::Pipelined | Delivery::Closure => {
+                Delivery::Each | Delivery::Pipelined | Delivery::Closure | Delivery::Inline => {
                     let stream = informer.stream(options).await?;
                     let sub = stream.subscription().clone();
                     (sub, start_reading(workers, recorder, stream))
@@ -230,6 +230,16 @@ where
             };
             subs.push(sub);
             actors.push(actor);
+            probes.push(probe);
+            continue;
+        }
+        if spec.variant.delivery == Delivery::Inline {
+            let probe_in = probe.clone();
+            subs.push(
+                informer
+                    .subscribe_inline(options, move |event| record(&probe_in, event))
+                    .await?,
+            );
             probes.push(probe);
             continue;
         }
@@ -246,7 +256,7 @@ where
                     .await?
             }
             Delivery::Pipelined => informer.subscribe_pipelined(&actor, options).await?,
-            Delivery::Each | Delivery::Closure => {
+            Delivery::Each | Delivery::Closure | Delivery::Inline => {
                 informer.subscribe(actor.recipient(), options).await?
             }
         });
@@ -335,7 +345,7 @@ async fn read_on_tokio<K: Object>(
                 })
                 .await?
         }
-        Delivery::Each | Delivery::Pipelined => {
+        Delivery::Each | Delivery::Pipelined | Delivery::Inline => {
             let mut stream = informer.stream(options).await?;
             let sub = stream.subscription().clone();
             tokio::spawn(async move {

@@ -148,6 +148,8 @@ pub fn run(scale: &Scale) -> anyhow::Result<Section> {
         Variant::KINFORMER.pipelined(),
         Variant::KINFORMER.batched(),
         Variant::KUBE_RUNTIME,
+        // One event per call of a function the listener calls in place.
+        Variant::KINFORMER.inline(),
         // Issue 24: subscribers spread over cores as kube-runtime's are
         // (streams read by tasks of a 2-worker tokio runtime).
         Variant::KINFORMER.tokio_streams(),
