@@ -238,6 +238,17 @@ impl InformerProbe {
                 let (a, log) = PipelinedRecorder::start(None);
                 (inf.subscribe_pipelined(&a, options).await, log)
             }
+            SubscriberKind::Inline { capacity } => {
+                options = options.capacity(capacity);
+                let log = SharedLog::default();
+                let recording = log.clone();
+                let subscribed = inf
+                    .subscribe_inline(options, move |event| {
+                        crate::subscriber::record(&recording, event);
+                    })
+                    .await;
+                (subscribed, log)
+            }
             SubscriberKind::Slow { delay_ms, coalesce } => {
                 options = options.policy(policy(coalesce)).capacity(4);
                 let (a, log) = Recorder::start(Behaviour {

@@ -217,6 +217,11 @@ pub enum SubscriberKind {
         /// Mailbox depth.
         depth: usize,
     },
+    /// `subscribe_inline`, `Block`: a function the listener calls in place.
+    Inline {
+        /// Queue capacity.
+        capacity: usize,
+    },
     /// Each handler call takes this long (an async sleep).
     Slow {
         /// Per-event delay.
@@ -561,8 +566,11 @@ impl Gen {
             35..=49 => SubscriberKind::Batches {
                 batch_size: self.rng.random_range(1..32),
             },
-            50..=64 => SubscriberKind::Pipelined {
+            50..=57 => SubscriberKind::Pipelined {
                 depth: self.rng.random_range(1..10),
+            },
+            58..=64 => SubscriberKind::Inline {
+                capacity: self.rng.random_range(1..64),
             },
             65..=79 => SubscriberKind::Slow {
                 delay_ms: self.rng.random_range(1..8),

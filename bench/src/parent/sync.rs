@@ -23,6 +23,10 @@ fn variants(kind: Kind) -> Vec<Variant> {
         // A streaming list into a compact cache: its pages reach the cache
         // as they stream, so it is never held decoded.
         Variant::KINFORMER.streaming().compact(),
+        // Issue 24: list pages decoded on the Reflector's own thread while
+        // the informer's thread caches and delivers the previous ones.
+        Variant::KINFORMER.reflector_thread(),
+        Variant::KINFORMER.streaming().reflector_thread(),
     ];
     if kind == Kind::Pod {
         v.push(Variant::KINFORMER.strip(Strip::AfterDecode));
