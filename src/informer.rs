@@ -301,7 +301,8 @@ where
     /// 10 batched subscribers: 61k/s with it, 90k/s without). Under mimalloc
     /// it pays with many per-event subscribers (10: 77k/s against 34k/s) and
     /// is even with batched ones (BENCHMARKS.md, "The Reflector on a thread
-    /// of its own"). Worth trying with spare cores, large objects (a Pod
+    /// of its own"). Under glibc the initial sync takes 1.2–1.7× as long
+    /// with it (10k–100k ConfigMaps and Pods). Worth trying with spare cores, large objects (a Pod
     /// decodes in 31–53 µs) or a faster allocator than glibc's.
     pub fn reflector_thread(mut self, on: bool) -> Self {
         self.reflector_thread = on;
