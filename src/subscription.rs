@@ -155,6 +155,10 @@ pub struct SubscriptionStats {
     pub coalesced: u64,
     /// The subscriber's actor stopped; the subscription ended.
     pub gone: bool,
+    /// Turns of an inline handler ([`Informer::subscribe_inline`](crate::Informer::subscribe_inline))
+    /// that took 100 ms or longer, holding back every actor of their thread
+    /// (each logged, at most once per 10 s).
+    pub slow_inline_turns: u64,
 }
 
 impl<K: Object> Clone for Subscription<K> {
@@ -279,6 +283,7 @@ impl<K: Object> Subscription<K> {
             resyncs: s.resyncs.load(r),
             coalesced: s.coalesced.load(r),
             gone: s.gone.load(r),
+            slow_inline_turns: s.slow_inline_turns.load(r),
         }
     }
 

@@ -21,7 +21,9 @@ use super::delivery::{Delivery, Due, Sent, When};
 use super::messages::{
     CacheSynced, Deliver, DeliverResync, ListenerGone, RESYNC_HOLD_MAX, Replay, StopListener,
 };
-use super::options::{INLINE_TURN, ListenerOptions, Target};
+use super::options::{
+    INLINE_TURN, ListenerOptions, SLOW_INLINE_TURN, SLOW_INLINE_WARN_EVERY, Target,
+};
 use super::reply::{Reply, answer, held};
 use super::sink::{Calls, HandlerPanicked, Sink};
 use super::stats::{ListenerStats, SyncedChannel};
@@ -41,6 +43,8 @@ pub struct Listener<K: Send + Sync + 'static> {
     resync_timer: bool,
     /// The next inline turn is scheduled (inline handlers only).
     inline_turn_queued: bool,
+    /// When a slow inline turn was last logged.
+    slow_turn_logged: Option<std::time::Instant>,
     /// Answered once stopped.
     idle_waiters: Vec<oneshot::Sender<()>>,
     synced: SyncedChannel,
@@ -75,6 +79,7 @@ impl<K: Send + Sync + 'static> Listener<K> {
             calls: Calls::new(),
             resync_timer: false,
             inline_turn_queued: false,
+            slow_turn_logged: None,
             idle_waiters: Vec::new(),
             synced: SyncedChannel::new(synced),
             stats,
@@ -135,6 +140,7 @@ impl<K: Send + Sync + 'static> Listener<K> {
     /// other actors ran. Each call returns before the next is made, so the
     /// window is empty between calls and every answer the room frees goes now.
     fn run_inline(&mut self, ctx: &mut Context<Self>) {
+        let began = std::time::Instant::now();
         let mut handled = 0;
         while handled < INLINE_TURN {
             match self.sink.call_inline(&mut self.delivery) {
@@ -155,6 +161,7 @@ impl<K: Send + Sync + 'static> Listener<K> {
         }
         if handled > 0 {
             self.publish();
+            self.check_turn(began.elapsed(), handled);
         }
         if !self.delivery.is_idle() && !self.delivery.is_stopped() && !self.inline_turn_queued {
             // Yield to the runtime first: actix would handle a `notify` in
@@ -169,6 +176,27 @@ impl<K: Send + Sync + 'static> Listener<K> {
             );
         }
         self.when_idle();
+    }
+
+    /// Counts, and now and then logs, an inline turn that held the thread
+    /// [`SLOW_INLINE_TURN`] or longer.
+    fn check_turn(&mut self, took: std::time::Duration, events: usize) {
+        if took < SLOW_INLINE_TURN {
+            return;
+        }
+        self.stats.slow_inline_turns.fetch_add(1, Ordering::Relaxed);
+        if self
+            .slow_turn_logged
+            .is_none_or(|at| at.elapsed() >= SLOW_INLINE_WARN_EVERY)
+        {
+            self.slow_turn_logged = Some(std::time::Instant::now());
+            tracing::warn!(
+                subscriber = %self.id,
+                took_ms = took.as_millis() as u64,
+                events,
+                "an inline handler held its thread, and every actor on it, this long: hand slow work on to an actor, a stream or a workqueue"
+            );
+        }
     }
 
     /// One handler call returned (or the subscriber is gone).

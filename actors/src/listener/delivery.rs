@@ -513,7 +513,10 @@ mod tests {
         let mut coalescing: Delivery<u32, &'static str> =
             Delivery::new(OverflowPolicy::Coalesce, 64, shape);
         let _ = coalescing.deliver(&vec![added("d")].into());
-        assert!(coalescing.next_call_front_run().is_none(), "not a shared run");
+        assert!(
+            coalescing.next_call_front_run().is_none(),
+            "not a shared run"
+        );
         assert!(coalescing.next_call(|_| {}).is_some());
     }
 

@@ -178,3 +178,27 @@ async fn a_panicking_inline_handler_removes_its_listener() {
             .is_err()
     );
 }
+
+/// A turn that holds the thread `SLOW_INLINE_TURN` or longer is counted;
+/// fast turns are not.
+#[actix::test]
+async fn a_slow_inline_turn_is_counted() {
+    let (listener, stats, _) = inline_listener(
+        |e| {
+            if e.key().name() == "slow" {
+                // The handler under test blocks its thread: that is what is measured.
+                std::thread::sleep(SLOW_INLINE_TURN + Duration::from_millis(20));
+            }
+        },
+        8,
+    );
+    let deliver = |keys: &[&str]| {
+        let events: Vec<_> = keys.iter().map(|k| added(k, Cause::Watch)).collect();
+        listener.send(Deliver(events.into()))
+    };
+    deliver(&["a", "b"]).await.unwrap().unwrap();
+    assert_eq!(stats.slow_inline_turns.load(Ordering::SeqCst), 0);
+    deliver(&["c", "slow", "d"]).await.unwrap().unwrap();
+    assert_eq!(stats.slow_inline_turns.load(Ordering::SeqCst), 1);
+    assert_eq!(stats.delivered.load(Ordering::SeqCst), 5);
+}

@@ -24,6 +24,14 @@ pub type InlineHandler<K> = Box<dyn FnMut(&Event<K>) + Send>;
 /// thread's other actors run in between.
 pub const INLINE_TURN: usize = 1024;
 
+/// A turn of an inline handler that takes this long held every actor of
+/// its thread back: it is counted ([`ListenerStats::slow_inline_turns`](super::ListenerStats::slow_inline_turns))
+/// and logged, at most once per [`SLOW_INLINE_WARN_EVERY`] per listener.
+pub const SLOW_INLINE_TURN: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// At most one warning about slow inline turns per listener this often.
+pub const SLOW_INLINE_WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Where a listener delivers: one notification per handler call, or batches.
 pub enum Target<K: Send + Sync + 'static> {
     /// One [`Event`] per handler call (client-go's one notification at a

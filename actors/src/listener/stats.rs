@@ -24,6 +24,9 @@ pub struct ListenerStats {
     pub coalesced: AtomicU64,
     /// The subscriber's actor stopped; the listener removed itself.
     pub gone: AtomicBool,
+    /// Turns of an inline handler that took [`SLOW_INLINE_TURN`](super::options::SLOW_INLINE_TURN)
+    /// or longer, holding every actor of their thread back.
+    pub slow_inline_turns: AtomicU64,
 }
 
 impl ListenerStats {
