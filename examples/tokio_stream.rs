@@ -1,6 +1,7 @@
 //! Events in a plain `#[tokio::main]` service: no actix, no `LocalSet`.
 //! The informer runs its actors on a thread it owns; you read a `Stream`
-//! (or pass a closure, or run actors on `Workers`, threads of their own).
+//! (or pass a closure, or a plain function the listener calls in place, or
+//! run actors on `Workers`, threads of their own).
 //!
 //! Run: `cargo run --example tokio_stream` (uses the embedded API server,
 //! and ends after a demo ConfigMap's delete; set `KINFORMER_CLUSTER=1` to
@@ -37,6 +38,17 @@ async fn main() -> anyhow::Result<()> {
             println!("closure: {}", event.key())
         })
         .await?;
+    // A plain function the listener calls in place, on the informer's
+    // thread: no message per event, so it must only record or hand work on.
+    let changes = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counted = changes.clone();
+    let _inline = informer
+        .subscribe_inline(options, move |event| {
+            if event.cause() == kinformer::Cause::Watch {
+                counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        })
+        .await?;
     // Actors on worker threads (here 1), for handlers with work to spread
     // over cores; they stop when `workers` is dropped, at the end.
     let workers = Workers::new(1)?;
@@ -50,6 +62,8 @@ async fn main() -> anyhow::Result<()> {
             break;
         }
     }
+    let changes = changes.load(std::sync::atomic::Ordering::Relaxed);
+    println!("inline function: {changes} changes seen so far");
     Ok(())
 }
 
