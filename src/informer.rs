@@ -302,7 +302,7 @@ where
     /// it pays with many per-event subscribers (10: 77k/s against 34k/s) and
     /// is even with batched ones (BENCHMARKS.md, "The Reflector on a thread
     /// of its own"). Under glibc the initial sync takes 1.2–1.7× as long
-    /// with it (10k–100k ConfigMaps and Pods). Worth trying with spare cores, large objects (a Pod
+    /// with it (10k–100k ConfigMaps, 10k Pods; even for 100k Pods). Worth trying with spare cores, large objects (a Pod
     /// decodes in 31–53 µs) or a faster allocator than glibc's.
     pub fn reflector_thread(mut self, on: bool) -> Self {
         self.reflector_thread = on;
@@ -921,15 +921,25 @@ where
     /// subscriber actor does: it is logged, [`Subscription::is_gone`] turns
     /// true and [`InformerStats::subscribers_lost`] counts it.
     ///
+    /// An inline function cannot wait, so it cannot push into a bounded
+    /// channel; an unbounded one would give up `Block`'s bound. Record what
+    /// is to be done in a structure bounded by the objects, as a workqueue
+    /// holds each key once:
+    ///
     /// ```no_run
     /// # async fn f(informer: kinformer::Informer<k8s_openapi::api::core::v1::ConfigMap>)
     /// # -> Result<(), kinformer::InformerError> {
-    /// let (tx, mut keys) = tokio::sync::mpsc::unbounded_channel();
+    /// use std::collections::BTreeSet;
+    /// use std::sync::{Arc, Mutex};
+    /// let dirty: Arc<Mutex<BTreeSet<kinformer::ObjectKey>>> = Arc::default();
+    /// let marked = dirty.clone();
     /// let subscription = informer
     ///     .subscribe_inline(kinformer::SubscribeOptions::default(), move |event| {
-    ///         let _ = tx.send(event.key().clone());
+    ///         marked.lock().unwrap().insert(event.key().clone());
     ///     })
     ///     .await?;
+    /// // Elsewhere: take the keys marked so far and work on them.
+    /// let keys = std::mem::take(&mut *dirty.lock().unwrap());
     /// # Ok(()) }
     /// ```
     pub async fn subscribe_inline<F>(

@@ -157,7 +157,7 @@ pub struct SubscriptionStats {
     pub gone: bool,
     /// Turns of an inline handler ([`Informer::subscribe_inline`](crate::Informer::subscribe_inline))
     /// that took 100 ms or longer, holding back every actor of their thread
-    /// (each logged, at most once per 10 s).
+    /// (logged, at most once per 10 s per subscription).
     pub slow_inline_turns: u64,
 }
 

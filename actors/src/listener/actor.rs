@@ -108,6 +108,11 @@ impl<K: Send + Sync + 'static> Listener<K> {
     /// Sends handler calls while the window has room and anything is pending.
     fn pump(&mut self, ctx: &mut Context<Self>) {
         if self.sink.is_inline() {
+            // A turn already queued takes what came since: running one here
+            // too would skip the yield between turns.
+            if self.inline_turn_queued {
+                return self.publish();
+            }
             return self.run_inline(ctx);
         }
         let mut sent_any = false;
@@ -143,7 +148,10 @@ impl<K: Send + Sync + 'static> Listener<K> {
         let began = std::time::Instant::now();
         let mut handled = 0;
         while handled < INLINE_TURN {
-            match self.sink.call_inline(&mut self.delivery) {
+            match self
+                .sink
+                .call_inline(&mut self.delivery, INLINE_TURN - handled)
+            {
                 None => break,
                 Some(Ok(sent)) => {
                     self.delivery.returned(&sent);

@@ -154,11 +154,20 @@ impl<K, R> Delivery<K, R> {
 
     /// The next handler call, if the window has room and anything is
     /// pending: hands its events to `take` in order and counts it in flight.
-    pub fn next_call(&mut self, mut take: impl FnMut(Event<K>)) -> Option<Sent> {
+    pub fn next_call(&mut self, take: impl FnMut(Event<K>)) -> Option<Sent> {
+        self.next_call_up_to(usize::MAX, take)
+    }
+
+    /// [`next_call`](Self::next_call) carrying at most `limit` events.
+    pub fn next_call_up_to(
+        &mut self,
+        limit: usize,
+        mut take: impl FnMut(Event<K>),
+    ) -> Option<Sent> {
         if self.stopped {
             return None;
         }
-        let most = self.window.next_call_max();
+        let most = self.window.next_call_max().min(limit);
         let mut sent = Sent::default();
         while sent.events < most {
             let Some(event) = self.pending.pop() else {
@@ -183,15 +192,17 @@ impl<K, R> Delivery<K, R> {
     }
 
     /// The next handler call as the front run of a shared chunk, however
-    /// few events that run holds (at most what a call may carry): for a
+    /// few events that run holds (at most what a call may carry, and at
+    /// most `limit`; the rest of the run stays in front): for a
     /// handler that reads events in place, where a shorter call costs
     /// nothing ([`Target::Inline`](super::Target::Inline)). Counted in
     /// flight like `next_call`.
-    pub fn next_call_front_run(&mut self) -> Option<(EventBatch<K>, Sent)> {
+    pub fn next_call_front_run(&mut self, limit: usize) -> Option<(EventBatch<K>, Sent)> {
         let n = self
             .pending
             .front_shared_len()
-            .min(self.window.next_call_max());
+            .min(self.window.next_call_max())
+            .min(limit);
         self.shared_call(n)
     }
 
@@ -501,20 +512,28 @@ mod tests {
         let mut d: Delivery<u32, &'static str> = Delivery::new(OverflowPolicy::Block, 64, shape);
         let _ = d.deliver(&vec![added("a")].into());
         let _ = d.deliver(&vec![added("b"), added("c")].into());
-        let (batch, sent) = d.next_call_front_run().expect("a shared run in front");
+        let (batch, sent) = d
+            .next_call_front_run(usize::MAX)
+            .expect("a shared run in front");
         assert_eq!((batch.len(), sent.events), (1, 1));
-        assert!(d.next_call_front_run().is_none(), "one call in flight");
+        assert!(
+            d.next_call_front_run(usize::MAX).is_none(),
+            "one call in flight"
+        );
         d.returned(&sent);
-        let (batch, sent) = d.next_call_front_run().unwrap();
+        let (batch, sent) = d.next_call_front_run(usize::MAX).unwrap();
         let keys: Vec<String> = batch.iter().map(|e| e.key().to_string()).collect();
         assert_eq!((keys, sent.events), (vec!["b".into(), "c".into()], 2));
         d.returned(&sent);
-        assert!(d.next_call_front_run().is_none(), "nothing pending");
+        assert!(
+            d.next_call_front_run(usize::MAX).is_none(),
+            "nothing pending"
+        );
         let mut coalescing: Delivery<u32, &'static str> =
             Delivery::new(OverflowPolicy::Coalesce, 64, shape);
         let _ = coalescing.deliver(&vec![added("d")].into());
         assert!(
-            coalescing.next_call_front_run().is_none(),
+            coalescing.next_call_front_run(usize::MAX).is_none(),
             "not a shared run"
         );
         assert!(coalescing.next_call(|_| {}).is_some());

@@ -145,7 +145,7 @@ async fn deliveries_larger_than_the_queue_are_handled_in_order_before_their_answ
 #[actix::test]
 async fn a_panicking_inline_handler_removes_its_listener() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let (listener, stats, _) = inline_listener(
+    let (listener, stats, mut synced) = inline_listener(
         {
             let calls = calls.clone();
             move |_| {
@@ -161,14 +161,13 @@ async fn a_panicking_inline_handler_removes_its_listener() {
         .map(|k| added(k, Cause::Watch))
         .collect();
     let _ = listener.send(Deliver(events.into())).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while listener.connected() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "listener still running"
-        );
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    // The sync channel closes as the stopped listener is dropped.
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while synced.changed().await.is_ok() {}
+    })
+    .await
+    .expect("the listener stops");
+    assert!(!listener.connected());
     assert!(stats.gone.load(Ordering::SeqCst));
     assert_eq!(calls.load(Ordering::SeqCst), 3, "no call after the panic");
     assert!(
@@ -201,4 +200,75 @@ async fn a_slow_inline_turn_is_counted() {
     deliver(&["c", "slow", "d"]).await.unwrap().unwrap();
     assert_eq!(stats.slow_inline_turns.load(Ordering::SeqCst), 1);
     assert_eq!(stats.delivered.load(Ordering::SeqCst), 5);
+}
+
+/// Deliveries that arrive while a turn is queued wait for it, and no turn
+/// takes more than `INLINE_TURN` events, whatever the runs it reads: the
+/// thread's other actors run at least every `INLINE_TURN` events.
+#[actix::test]
+async fn no_turn_takes_more_than_inline_turn_events() {
+    let ticks = Arc::new(AtomicUsize::new(0));
+    let ticker = Ticker(ticks.clone()).start();
+    // The tick each event was handled at: the ticker handles a `Tick` sent
+    // during a turn only once the listener yields, so events of one turn
+    // share a tick.
+    let at_tick = Arc::new(Mutex::new(Vec::new()));
+    let (listener, stats, _) = inline_listener(
+        {
+            let (at_tick, ticks) = (at_tick.clone(), ticks.clone());
+            let mut sent_at = None;
+            move |_| {
+                let now = ticks.load(Ordering::SeqCst);
+                if sent_at != Some(now) {
+                    sent_at = Some(now);
+                    ticker.do_send(Tick);
+                }
+                at_tick.lock().unwrap().push(now);
+            }
+        },
+        4096,
+    );
+    let replayed = INLINE_TURN + 1;
+    let objects: Vec<(ObjectKey, Arc<u32>)> = (0..replayed)
+        .map(|i| (format!("r{i}").as_str().into(), Arc::new(1)))
+        .collect();
+    // All in the mailbox before the listener runs: the replay's first turn
+    // queues the next, and the deliveries wait for it.
+    listener.do_send(Replay {
+        len: objects.len(),
+        objects: Box::new(objects.into_iter()),
+    });
+    let mut deliveries = Vec::new();
+    for round in 0..4 {
+        let events: Vec<_> = (0..300)
+            .map(|i| added(&format!("d{round}-{i}"), Cause::Watch))
+            .collect();
+        deliveries.push(listener.send(Deliver(events.into())));
+    }
+    for delivery in deliveries {
+        tokio::time::timeout(Duration::from_secs(5), delivery)
+            .await
+            .expect("answered")
+            .unwrap()
+            .unwrap();
+    }
+    let total = replayed + 4 * 300;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while stats.delivered.load(Ordering::SeqCst) < total as u64 {
+        assert!(tokio::time::Instant::now() < deadline, "not all handled");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let at_tick = at_tick.lock().unwrap();
+    let mut turns = Vec::new();
+    for tick in at_tick.iter() {
+        match turns.last_mut() {
+            Some((t, n)) if t == tick => *n += 1,
+            _ => turns.push((*tick, 1)),
+        }
+    }
+    let sizes: Vec<usize> = turns.iter().map(|(_, n)| *n).collect();
+    assert_eq!(
+        sizes,
+        vec![INLINE_TURN, INLINE_TURN, total - 2 * INLINE_TURN]
+    );
 }

@@ -372,7 +372,6 @@ impl<K> BlockQueue<K> {
         Some(event)
     }
 
-    /// The next `n` events, when the front run is a shared one holding them all.
     /// Events left in the front run when it is a run of a shared chunk, else 0.
     fn front_shared_len(&self) -> usize {
         match self.runs.front() {
@@ -381,6 +380,7 @@ impl<K> BlockQueue<K> {
         }
     }
 
+    /// The next `n` events, when the front run is a shared one holding them all.
     fn pop_shared(&mut self, n: usize) -> Option<EventBatch<K>> {
         let Run::Shared { events, next, end } = self.runs.front_mut()? else {
             return None;

@@ -76,24 +76,25 @@ impl<K: Send + Sync + 'static> Sink<K> {
         matches!(self, Sink::Inline(_))
     }
 
-    /// Inline only: calls the function with each event of the next call, in
-    /// order, and returns what the call carried (`None` when nothing is due,
+    /// Inline only: calls the function with each event of the next call (at
+    /// most `limit` events), in order, and returns what the call carried (`None` when nothing is due,
     /// or for any other sink). A run of a shared chunk at the front is read
     /// in place, as one call; other events are taken one by one. A panic is caught and reported: the
     /// events of that call are lost with the subscription.
     pub(super) fn call_inline<R>(
         &mut self,
         delivery: &mut Delivery<K, R>,
+        limit: usize,
     ) -> Option<Result<Sent, HandlerPanicked>> {
         let Sink::Inline(handler) = self else {
             return None;
         };
-        let run = std::panic::AssertUnwindSafe(|| match delivery.next_call_front_run() {
+        let run = std::panic::AssertUnwindSafe(|| match delivery.next_call_front_run(limit) {
             Some((batch, sent)) => {
                 batch.iter().for_each(&mut *handler);
                 Some(sent)
             }
-            None => delivery.next_call(|event| handler(&event)),
+            None => delivery.next_call_up_to(limit, |event| handler(&event)),
         });
         match std::panic::catch_unwind(run) {
             Ok(sent) => sent.map(Ok),

@@ -222,7 +222,8 @@ where
                     let sub = stream.subscription().clone();
                     (sub, start_reading(workers, recorder, stream))
                 }
-                Delivery::Each | Delivery::Pipelined | Delivery::Closure | Delivery::Inline => {
+                Delivery::Inline => anyhow::bail!("inline handlers read no stream"),
+                Delivery::Each | Delivery::Pipelined | Delivery::Closure => {
                     let stream = informer.stream(options).await?;
                     let sub = stream.subscription().clone();
                     (sub, start_reading(workers, recorder, stream))
@@ -234,6 +235,8 @@ where
             continue;
         }
         if spec.variant.delivery == Delivery::Inline {
+            // A stall would stall the informer's thread: not this variant's workload.
+            anyhow::ensure!(s.stall.is_none(), "an inline handler cannot stall");
             let probe_in = probe.clone();
             subs.push(
                 informer
@@ -256,7 +259,8 @@ where
                     .await?
             }
             Delivery::Pipelined => informer.subscribe_pipelined(&actor, options).await?,
-            Delivery::Each | Delivery::Closure | Delivery::Inline => {
+            Delivery::Inline => anyhow::bail!("inline handlers are subscribed above"),
+            Delivery::Each | Delivery::Closure => {
                 informer.subscribe(actor.recipient(), options).await?
             }
         });
@@ -345,7 +349,8 @@ async fn read_on_tokio<K: Object>(
                 })
                 .await?
         }
-        Delivery::Each | Delivery::Pipelined | Delivery::Inline => {
+        Delivery::Inline => anyhow::bail!("inline handlers do not run on tokio workers"),
+        Delivery::Each | Delivery::Pipelined => {
             let mut stream = informer.stream(options).await?;
             let sub = stream.subscription().clone();
             tokio::spawn(async move {
