@@ -1,16 +1,11 @@
-//! The listener actor: one per subscriber, a shell over its [`Delivery`].
-//!
-//! It takes the Indexer's messages, asks its delivery what to send the
-//! subscriber next and when to answer, and performs that: handler calls to
-//! the subscriber's own actor (each spawned, never `ctx.wait`, so its own
-//! mailbox keeps draining while the subscriber is busy), answers in place or
-//! held, the resync answer's timer, stats, credit and the sync channel.
-//! Handler calls run in the subscriber's actor, never in the engine's.
+//! The listener actor: one per subscriber, a shell over its [`Delivery`]. It
+//! takes the Indexer's messages, asks its delivery what to send next and when
+//! to answer, and performs that: handler calls to the subscriber's actor (each
+//! spawned, never `ctx.wait`), or an inline function's turns; answers in
+//! place or held, the resync answer's timer, stats, credit and sync channel.
 
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::task::{self, Poll, ready};
 
 use actix::prelude::*;
 use futures::channel::oneshot;
@@ -18,14 +13,13 @@ use tokio::sync::watch;
 
 use super::credit::DeliveryCredit;
 use super::delivery::{Delivery, Due, Sent, When};
+use super::inline::{InlineTurns, Turn, after_yield};
 use super::messages::{
     CacheSynced, Deliver, DeliverResync, ListenerGone, RESYNC_HOLD_MAX, Replay, StopListener,
 };
-use super::options::{
-    INLINE_TURN, ListenerOptions, SLOW_INLINE_TURN, SLOW_INLINE_WARN_EVERY, Target,
-};
+use super::options::{ListenerOptions, Target};
 use super::reply::{Reply, answer, held};
-use super::sink::{Calls, HandlerPanicked, Sink};
+use super::sink::{Calls, Replies, Sink};
 use super::stats::{ListenerStats, SyncedChannel};
 use crate::answer::Answer;
 use crate::subscriber::SubscriberId;
@@ -41,10 +35,8 @@ pub struct Listener<K: Send + Sync + 'static> {
     /// context polls every pending timer at each wake-up, and one per chunk
     /// took about 10 % of the CPU of a run with sweeps (BENCHMARKS.md).
     resync_timer: bool,
-    /// The next inline turn is scheduled (inline handlers only).
-    inline_turn_queued: bool,
-    /// When a slow inline turn was last logged.
-    slow_turn_logged: Option<std::time::Instant>,
+    /// An inline handler's turns.
+    inline: InlineTurns,
     /// Answered once stopped.
     idle_waiters: Vec<oneshot::Sender<()>>,
     synced: SyncedChannel,
@@ -78,8 +70,7 @@ impl<K: Send + Sync + 'static> Listener<K> {
             sink,
             calls: Calls::new(),
             resync_timer: false,
-            inline_turn_queued: false,
-            slow_turn_logged: None,
+            inline: InlineTurns::default(),
             idle_waiters: Vec::new(),
             synced: SyncedChannel::new(synced),
             stats,
@@ -108,12 +99,11 @@ impl<K: Send + Sync + 'static> Listener<K> {
     /// Sends handler calls while the window has room and anything is pending.
     fn pump(&mut self, ctx: &mut Context<Self>) {
         if self.sink.is_inline() {
-            // A turn already queued takes what came since: running one here
-            // too would skip the yield between turns.
-            if self.inline_turn_queued {
-                return self.publish();
+            // A scheduled turn takes what came since (see `super::inline`).
+            if !self.inline.is_queued() {
+                self.run_inline(ctx);
             }
-            return self.run_inline(ctx);
+            return self.publish();
         }
         let mut sent_any = false;
         while let Some(call) = self.sink.call(&mut self.delivery) {
@@ -122,7 +112,7 @@ impl<K: Send + Sync + 'static> Listener<K> {
         }
         if sent_any {
             if self.calls.start_awaiting() {
-                ctx.spawn(Replies);
+                ctx.spawn(Replies::new(|a: &mut Self| &mut a.calls, Self::returned));
             }
             answer(self.delivery.sent_calls());
             self.publish();
@@ -140,71 +130,23 @@ impl<K: Send + Sync + 'static> Listener<K> {
         }
     }
 
-    /// Calls the inline handler with what is pending, one turn of at most
-    /// [`INLINE_TURN`] events; the rest in the next turn, after the thread's
-    /// other actors ran. Each call returns before the next is made, so the
-    /// window is empty between calls and every answer the room frees goes now.
+    /// One turn of the inline handler (see [`super::inline`]); the next
+    /// after a yield to the runtime, while anything is pending.
     fn run_inline(&mut self, ctx: &mut Context<Self>) {
-        let began = std::time::Instant::now();
-        let mut handled = 0;
-        while handled < INLINE_TURN {
-            match self
-                .sink
-                .call_inline(&mut self.delivery, INLINE_TURN - handled)
-            {
-                None => break,
-                Some(Ok(sent)) => {
-                    self.delivery.returned(&sent);
-                    self.stats.handled(&sent);
-                    answer(self.delivery.sent_calls());
-                    handled += sent.events;
-                }
-                Some(Err(HandlerPanicked(message))) => {
-                    tracing::error!(subscriber = %self.id, panic = %message, "inline handler panicked; removing its listener");
-                    self.stats.gone.store(true, Ordering::Relaxed);
-                    ctx.stop();
-                    return;
-                }
-            }
+        match (self.inline).run(self.id, &mut self.sink, &mut self.delivery, &self.stats) {
+            Turn::Panicked(panic) => return self.lost(panic, ctx),
+            Turn::Ran(0) => {}
+            Turn::Ran(_) => self.publish(),
         }
-        if handled > 0 {
-            self.publish();
-            self.check_turn(began.elapsed(), handled);
-        }
-        if !self.delivery.is_idle() && !self.delivery.is_stopped() && !self.inline_turn_queued {
-            // Yield to the runtime first: actix would handle a `notify` in
-            // the same poll, before any other actor of the thread ran.
-            self.inline_turn_queued = true;
-            ctx.spawn(
-                fut::wrap_future(tokio::task::yield_now()).map(|(), act: &mut Self, ctx| {
-                    let _span = act.span.clone().entered();
-                    act.inline_turn_queued = false;
-                    act.run_inline(ctx);
-                }),
-            );
+        let more = !self.delivery.is_idle() && !self.delivery.is_stopped();
+        if self.inline.schedule_next(more) {
+            after_yield(ctx, |act: &mut Self, ctx| {
+                let _span = act.span.clone().entered();
+                act.inline.started();
+                act.run_inline(ctx);
+            });
         }
         self.when_idle();
-    }
-
-    /// Counts, and now and then logs, an inline turn that held the thread
-    /// [`SLOW_INLINE_TURN`] or longer.
-    fn check_turn(&mut self, took: std::time::Duration, events: usize) {
-        if took < SLOW_INLINE_TURN {
-            return;
-        }
-        self.stats.slow_inline_turns.fetch_add(1, Ordering::Relaxed);
-        if self
-            .slow_turn_logged
-            .is_none_or(|at| at.elapsed() >= SLOW_INLINE_WARN_EVERY)
-        {
-            self.slow_turn_logged = Some(std::time::Instant::now());
-            tracing::warn!(
-                subscriber = %self.id,
-                took_ms = took.as_millis() as u64,
-                events,
-                "an inline handler held its thread, and every actor on it, this long: hand slow work on to an actor, a stream or a workqueue"
-            );
-        }
     }
 
     /// One handler call returned (or the subscriber is gone).
@@ -223,12 +165,15 @@ impl<K: Send + Sync + 'static> Listener<K> {
                 self.publish();
                 self.pump(ctx);
             }
-            Err(err) => {
-                tracing::warn!(subscriber = %self.id, %err, "subscriber is gone; removing its listener");
-                self.stats.gone.store(true, Ordering::Relaxed);
-                ctx.stop();
-            }
+            Err(err) => self.lost(err, ctx),
         }
+    }
+
+    /// The subscriber is gone (its actor stopped, its function panicked).
+    fn lost(&mut self, why: impl std::fmt::Display, ctx: &mut Context<Self>) {
+        tracing::warn!(subscriber = %self.id, %why, "subscriber is gone; removing its listener");
+        self.stats.gone.store(true, Ordering::Relaxed);
+        ctx.stop();
     }
 
     /// Gives the held resync answer once it is due, waking in `after`.
@@ -237,37 +182,11 @@ impl<K: Send + Sync + 'static> Listener<K> {
         ctx.run_later(after, |act, ctx| {
             act.resync_timer = false;
             match act.delivery.resync_due(now()) {
-                Due::Now(reply) => {
-                    let _ = reply.send(Ok(()));
-                }
+                Due::Now(reply) => drop(reply.send(Ok(()))),
                 Due::In(after) => act.arm_resync_timer(after, ctx),
                 Due::Nothing => {}
             }
         });
-    }
-}
-
-/// Awaits the handler calls in flight, oldest first, until none is left.
-struct Replies;
-
-impl<K: Send + Sync + 'static> ActorFuture<Listener<K>> for Replies {
-    type Output = ();
-
-    fn poll(
-        self: Pin<&mut Self>,
-        act: &mut Listener<K>,
-        ctx: &mut Context<Listener<K>>,
-        task: &mut task::Context<'_>,
-    ) -> Poll<()> {
-        loop {
-            let Some((result, sent)) = ready!(act.calls.poll_returned(task)) else {
-                return Poll::Ready(());
-            };
-            act.returned(result, sent, ctx);
-            if ctx.state() != ActorState::Running {
-                return Poll::Ready(());
-            }
-        }
     }
 }
 
@@ -282,9 +201,7 @@ impl<K: Send + Sync + 'static> Actor for Listener<K> {
 
     fn stopped(&mut self, _: &mut Context<Self>) {
         answer(self.delivery.stop());
-        for w in self.idle_waiters.drain(..) {
-            let _ = w.send(());
-        }
+        self.when_idle();
         self.publish();
     }
 }

@@ -13,6 +13,7 @@ use super::*;
 use crate::event::Cause;
 use crate::key::ObjectKey;
 use crate::listener::fixtures::added;
+use crate::listener::options::{INLINE_TURN, SLOW_INLINE_TURN};
 use crate::listener::queue::OverflowPolicy;
 
 fn inline_listener(

@@ -9,6 +9,7 @@
 //! - [`delivery`]: its state machine over those, with the held answers ([`Delivery`]).
 //! - [`credit`]: what the Indexer may send it unanswered ([`DeliveryCredit`]).
 //! - [`feed`](mod@feed): a subscriber outside actix, read from a channel ([`feed()`](fn@feed)).
+//! - `inline`: the turns of a function the listener calls itself ([`Target::Inline`]).
 //! - [`options`], [`stats`]: what a subscription asks of it, its counters.
 //! - [`actor`]: the actor that owns them ([`Listener`]).
 //! - [`messages`]: what the actor takes ([`Deliver`], [`Replay`],
@@ -20,6 +21,7 @@ pub mod delivery;
 pub mod feed;
 #[cfg(test)]
 mod fixtures;
+mod inline;
 pub mod lane;
 pub mod messages;
 pub mod options;

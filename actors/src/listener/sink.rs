@@ -29,7 +29,8 @@ pub(super) enum Sink<K: Send + Sync + 'static> {
 }
 
 /// An inline handler panicked: the payload's message when it has one.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("its inline function panicked: {0}")]
 pub(super) struct HandlerPanicked(pub(super) String);
 
 /// A handler call in flight: its answer, and what it carried.
@@ -230,4 +231,46 @@ where
     M::Result: Send,
 {
     recipient.clone().send(message)
+}
+
+/// Awaits the handler calls in flight of an actor `A` (the listener),
+/// oldest first, until none is left, handing each one that returned to
+/// `returned`; it stops early once the actor is no longer running.
+pub(super) struct Replies<A: Actor, K: Send + Sync + 'static> {
+    calls: fn(&mut A) -> &mut Calls<K>,
+    returned: fn(&mut A, Result<(), MailboxError>, Sent, &mut A::Context),
+}
+
+impl<A: Actor, K: Send + Sync + 'static> Replies<A, K> {
+    pub(super) fn new(
+        calls: fn(&mut A) -> &mut Calls<K>,
+        returned: fn(&mut A, Result<(), MailboxError>, Sent, &mut A::Context),
+    ) -> Self {
+        Replies { calls, returned }
+    }
+}
+
+impl<A, K> ActorFuture<A> for Replies<A, K>
+where
+    A: Actor<Context = Context<A>>,
+    K: Send + Sync + 'static,
+{
+    type Output = ();
+
+    fn poll(
+        self: Pin<&mut Self>,
+        act: &mut A,
+        ctx: &mut Context<A>,
+        task: &mut task::Context<'_>,
+    ) -> Poll<()> {
+        loop {
+            let Some((result, sent)) = ready!((self.calls)(act).poll_returned(task)) else {
+                return Poll::Ready(());
+            };
+            (self.returned)(act, result, sent, ctx);
+            if ctx.state() != ActorState::Running {
+                return Poll::Ready(());
+            }
+        }
+    }
 }
