@@ -431,10 +431,7 @@ mod tests {
             .map(|n| (n.as_str().into(), at_rv(n, "1")))
             .collect();
         listener
-            .send(Replay {
-                len: objects.len(),
-                objects: Box::new(objects.into_iter()),
-            })
+            .send(crate::listener::fixtures::replay_of(objects))
             .await
             .unwrap();
         listener.send(CacheSynced).await.unwrap();

@@ -4,6 +4,8 @@
 use std::sync::Arc;
 
 use crate::event::{Cause, Event};
+use crate::key::ObjectKey;
+use crate::listener::messages::Replay;
 
 /// `key` added at state 1.
 pub(super) fn added(key: &str, cause: Cause) -> Event<u32> {
@@ -32,5 +34,13 @@ pub(super) fn seeded() -> impl FnMut(u64) -> u64 {
         seed ^= seed >> 7;
         seed ^= seed << 17;
         seed % n
+    }
+}
+
+/// A replay of `objects`, in order.
+pub(super) fn replay_of<K: Send + Sync + 'static>(objects: Vec<(ObjectKey, Arc<K>)>) -> Replay<K> {
+    Replay {
+        len: objects.len(),
+        objects: Box::new(objects.into_iter()),
     }
 }

@@ -12,7 +12,7 @@ use tokio::sync::watch;
 use super::*;
 use crate::event::Cause;
 use crate::key::ObjectKey;
-use crate::listener::fixtures::added;
+use crate::listener::fixtures::{added, replay_of};
 use crate::listener::options::{INLINE_TURN, SLOW_INLINE_TURN};
 use crate::listener::queue::OverflowPolicy;
 
@@ -87,13 +87,7 @@ async fn a_replay_larger_than_a_turn_goes_in_turns_with_other_actors_between() {
         .iter()
         .map(|name| (name.as_str().into(), Arc::new(1)))
         .collect();
-    listener
-        .send(Replay {
-            len: objects.len(),
-            objects: Box::new(objects.into_iter()),
-        })
-        .await
-        .unwrap();
+    listener.send(replay_of(objects)).await.unwrap();
     listener.send(CacheSynced).await.unwrap();
     tokio::time::timeout(Duration::from_secs(5), synced.wait_for(|s| *s))
         .await
@@ -235,10 +229,7 @@ async fn no_turn_takes_more_than_inline_turn_events() {
         .collect();
     // All in the mailbox before the listener runs: the replay's first turn
     // queues the next, and the deliveries wait for it.
-    listener.do_send(Replay {
-        len: objects.len(),
-        objects: Box::new(objects.into_iter()),
-    });
+    listener.do_send(replay_of(objects));
     let mut deliveries = Vec::new();
     for round in 0..4 {
         let events: Vec<_> = (0..300)
