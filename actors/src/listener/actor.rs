@@ -201,7 +201,7 @@ impl<K: Send + Sync + 'static> Actor for Listener<K> {
 
     fn stopped(&mut self, _: &mut Context<Self>) {
         answer(self.delivery.stop());
-        self.when_idle();
+        self.idle_waiters.clear(); // a dropped sender ends a wait too
         self.publish();
     }
 }
