@@ -99,11 +99,11 @@ impl<K: Send + Sync + 'static> Listener<K> {
     /// Sends handler calls while the window has room and anything is pending.
     fn pump(&mut self, ctx: &mut Context<Self>) {
         if self.sink.is_inline() {
-            // A scheduled turn takes what came since (see `super::inline`).
+            // A scheduled turn takes what came since (`super::inline`).
             if !self.inline.is_queued() {
                 self.run_inline(ctx);
             }
-            return self.publish();
+            return;
         }
         let mut sent_any = false;
         while let Some(call) = self.sink.call(&mut self.delivery) {

@@ -478,18 +478,22 @@ mod tests {
 
     const EACH: CallShape = CallShape::Events { depth: 1 };
 
-    /// Regression: a `Deliver` one larger than an idle `Block` listener's
-    /// capacity used to hold its answer after the parked event had already
-    /// moved into the queue, so the answer never came.
+    /// A batched listener (up to 16 events a call) holding two runs of
+    /// shared chunks: `a`, then `b` and `c`.
+    fn two_runs_batched() -> Delivery<u32, &'static str> {
+        let shape = CallShape::Batches { max: 16, calls: 1 };
+        let mut d = Delivery::new(OverflowPolicy::Block, 64, shape);
+        let _ = d.deliver(&vec![added("a")].into());
+        let _ = d.deliver(&vec![added("b"), added("c")].into());
+        d
+    }
+
     /// A batched call is a shared run only when that run holds everything
     /// the call would carry: several small runs queued go out together,
     /// copied, not one run per call (a slow subscriber would fall behind).
     #[test]
     fn a_batched_call_is_shared_only_when_one_run_holds_it_all() {
-        let shape = CallShape::Batches { max: 16, calls: 1 };
-        let mut d: Delivery<u32, &'static str> = Delivery::new(OverflowPolicy::Block, 64, shape);
-        let _ = d.deliver(&vec![added("a")].into());
-        let _ = d.deliver(&vec![added("b"), added("c")].into());
+        let mut d = two_runs_batched();
         assert!(d.next_call_shared().is_none(), "three events over two runs");
         let mut keys = Vec::new();
         let sent = d.next_call(|e| keys.push(e.key().to_string())).unwrap();
@@ -508,10 +512,7 @@ mod tests {
     /// never reaches into the next; a front that is no shared run gives none.
     #[test]
     fn a_front_run_call_takes_the_front_run_alone() {
-        let shape = CallShape::Batches { max: 16, calls: 1 };
-        let mut d: Delivery<u32, &'static str> = Delivery::new(OverflowPolicy::Block, 64, shape);
-        let _ = d.deliver(&vec![added("a")].into());
-        let _ = d.deliver(&vec![added("b"), added("c")].into());
+        let mut d = two_runs_batched();
         let (batch, sent) = d
             .next_call_front_run(usize::MAX)
             .expect("a shared run in front");
@@ -529,6 +530,7 @@ mod tests {
             d.next_call_front_run(usize::MAX).is_none(),
             "nothing pending"
         );
+        let shape = CallShape::Batches { max: 16, calls: 1 };
         let mut coalescing: Delivery<u32, &'static str> =
             Delivery::new(OverflowPolicy::Coalesce, 64, shape);
         let _ = coalescing.deliver(&vec![added("d")].into());
@@ -539,6 +541,9 @@ mod tests {
         assert!(coalescing.next_call(|_| {}).is_some());
     }
 
+    /// Regression: a `Deliver` one larger than an idle `Block` listener's
+    /// capacity used to hold its answer after the parked event had already
+    /// moved into the queue, so the answer never came.
     #[test]
     fn a_deliver_larger_than_the_capacity_is_answered() {
         let mut l = Driven::new(OverflowPolicy::Block, 4, EACH);

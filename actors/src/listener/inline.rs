@@ -84,9 +84,7 @@ impl InlineTurns {
         }
         true
     }
-}
 
-impl InlineTurns {
     /// One turn ([`run_turn`]), timed ([`InlineTurns::timed`]).
     pub(super) fn run<K: Send + Sync + 'static>(
         &mut self,
