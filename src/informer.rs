@@ -74,6 +74,8 @@ pub struct InformerBuilder<K: Object> {
     skip_managed_fields: bool,
     reflector_thread: bool,
     persist: Option<PersistConfig<K>>,
+    /// `persist_schema`'s tag, kept apart so that it holds in either order.
+    persist_schema: String,
     compact: Option<Codec<K>>,
 }
 
@@ -83,9 +85,13 @@ where
 {
     /// Keeps an on-disk snapshot of the cache in `dir` (created if needed),
     /// and starts from it: see docs/guide.md, "Warm restart". `cluster`
-    /// names the cluster (its server URL, or any name of yours): a snapshot
-    /// is used only by an informer of the same cluster, resource, namespace,
-    /// selectors and object type ([`persist_schema`](Self::persist_schema)).
+    /// names the cluster: a snapshot is used only by an informer of the same
+    /// cluster, resource, namespace, selectors and object type
+    /// ([`persist_schema`](Self::persist_schema)). It must differ between
+    /// clusters that may share `dir`: a server URL alone does not (the
+    /// in-cluster `https://10.96.0.1` is every cluster's, and a test cluster
+    /// recreated on the same port keeps its URL); the `kube-system`
+    /// namespace's uid does ([`cluster_identity`](crate::cluster_identity)).
     ///
     /// With a valid snapshot, subscribers first get its objects as adds
     /// with `Cause::Restored`, [`Informer::has_synced`] turns true once they
@@ -101,11 +107,9 @@ where
     where
         K: serde::Serialize + serde::de::DeserializeOwned,
     {
-        let schema = self.persist.take().map(|p| p.schema).unwrap_or_default();
         self.persist = Some(PersistConfig {
             dir: dir.into(),
             cluster: cluster.into(),
-            schema,
             encode: |o| serde_json::to_vec(o),
             decode: |d, b| d.decode(b, DecodeOptions::default()),
         });
@@ -159,11 +163,9 @@ where
 
     /// A tag of what the cached objects are, beyond their type: change it
     /// when a [`transform`](Self::transform) changes, so that snapshots of the
-    /// old objects are not restored. Call after [`persist`](Self::persist).
+    /// old objects are not restored. Before or after [`persist`](Self::persist).
     pub fn persist_schema(mut self, tag: impl Into<String>) -> Self {
-        if let Some(p) = &mut self.persist {
-            p.schema = tag.into();
-        }
+        self.persist_schema = tag.into();
         self
     }
 
@@ -391,7 +393,7 @@ where
                     std::any::type_name::<K>(),
                     self.skip_managed_fields,
                     self.transform.is_some(),
-                    config.schema
+                    self.persist_schema
                 ),
             };
             crate::persist::prepare(config, identity)
@@ -839,6 +841,7 @@ where
             skip_managed_fields: false,
             reflector_thread: false,
             persist: None,
+            persist_schema: String::new(),
             compact: None,
         }
     }

@@ -116,7 +116,7 @@ pub use leader::{
     StopOutcome,
 };
 pub use metadata::{MetadataScope, metadata_api};
-pub use persist::{PersistStatus, SnapshotError};
+pub use persist::{ClusterIdentityError, PersistStatus, SnapshotError, cluster_identity};
 pub use store::Store;
 pub use stream::EventStream;
 pub use subscription::{SubscribeOptions, Subscription, SubscriptionStats};

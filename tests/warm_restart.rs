@@ -435,6 +435,87 @@ async fn a_snapshot_of_another_selector_or_cluster_is_not_used() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A snapshot another informer still has open (the same identity twice in
+/// one program, or an old process still running beside its replacement) is
+/// theirs: the second informer lists and does not persist, and neither
+/// deletes nor replaces the file, which the first goes on committing to.
+#[actix::test]
+async fn a_snapshot_in_use_is_left_alone_not_discarded() {
+    use std::os::unix::fs::MetadataExt;
+    let server = server(10_000);
+    seed(&server);
+    let dir = snapshot_dir("in-use");
+    let first = persisted(&server, &dir).start().unwrap();
+    let first_log = subscribed(&first).await;
+    converges(&server, &first_log, "the first informer's view").await;
+    snapshot_caught_up(&server, &first, "the first informer's snapshot").await;
+    let file = first.persistence().unwrap().file;
+    let inode = std::fs::metadata(&file).unwrap().ino();
+
+    let second = persisted(&server, &dir).start().unwrap();
+    let second_log = subscribed(&second).await;
+    converges(&server, &second_log, "the second informer's view").await;
+    eventually(DEADLINE, "the second informer's persistence error", || {
+        second.persistence().is_some_and(|p| p.error.is_some())
+    })
+    .await;
+    let status = second.persistence().unwrap();
+    assert!(
+        status.error.as_deref().unwrap().contains("unavailable"),
+        "{status:?}"
+    );
+    assert_eq!(status.discarded, 0, "{status:?}");
+    assert_eq!(second.stats().warm_start, WarmStart::Cold);
+    second.stop().await;
+
+    update(&server, "a", "after");
+    converges(&server, &first_log, "a change after the second started").await;
+    snapshot_caught_up(&server, &first, "the first informer's later commit").await;
+    assert_eq!(std::fs::metadata(&file).unwrap().ino(), inode);
+    first.stop().await;
+
+    let (third, log) = restarted(&server, &dir).await;
+    assert_ne!(third.stats().warm_start, WarmStart::Cold);
+    assert!(count_cause(&log, Cause::Restored) > 0);
+    third.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `persist_schema` holds whether it is called before or after `persist`.
+#[actix::test]
+async fn the_schema_tag_holds_in_either_order() {
+    let server = server(10_000);
+    seed(&server);
+    let dir = snapshot_dir("schema-order");
+    run_and_stop(&server, persisted(&server, &dir).persist_schema("v1")).await;
+    let informer = informer(&server)
+        .backoff(fast_backoff())
+        .persist_schema("v1")
+        .persist(&dir, "embedded")
+        .start()
+        .unwrap();
+    let log = subscribed(&informer).await;
+    converges(&server, &log, "the restarted informer's view").await;
+    assert_ne!(informer.stats().warm_start, WarmStart::Cold);
+    assert_eq!(count_cause(&log, Cause::Restored), 4);
+    informer.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `cluster_identity` names a cluster by its kube-system namespace's uid:
+/// two servers at one address (a test cluster recreated) differ.
+#[actix::test]
+async fn cluster_identities_differ_between_clusters() {
+    let one = kinformer::cluster_identity(&client(&server(100)))
+        .await
+        .unwrap();
+    let two = kinformer::cluster_identity(&client(&server(100)))
+        .await
+        .unwrap();
+    assert!(one.starts_with("kube-system/"), "{one}");
+    assert_ne!(one, two);
+}
+
 /// A directory that cannot be created (a file is in the way): persistence
 /// stops with a reported error; the informer syncs and runs in memory.
 #[actix::test]

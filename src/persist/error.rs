@@ -24,10 +24,16 @@ pub enum SnapshotError {
     /// The directory or the file cannot be written (permissions, disk full).
     #[error("cannot write the snapshot: {0}")]
     Write(String),
+    /// The file cannot be opened now: another informer or process has it
+    /// open, or the system refused (permissions, too many open files). It
+    /// is left as it is, and this informer does not persist.
+    #[error("the snapshot file is unavailable: {0}")]
+    Unavailable(String),
 }
 
 impl SnapshotError {
-    /// The label value of the reason (`corrupt`, `foreign`, `outdated`, `empty`, `write`).
+    /// The label value of the reason (`corrupt`, `foreign`, `outdated`,
+    /// `empty`, `write`, `unavailable`).
     pub fn reason(&self) -> &'static str {
         match self {
             SnapshotError::Corrupt(_) => "corrupt",
@@ -35,13 +41,29 @@ impl SnapshotError {
             SnapshotError::Outdated(_) => "outdated",
             SnapshotError::Empty => "empty",
             SnapshotError::Write(_) => "write",
+            SnapshotError::Unavailable(_) => "unavailable",
         }
     }
 }
 
+/// Whether an I/O error says nothing about the file's content: it is
+/// locked or the system refused to open it, so it must not be discarded.
+fn is_unavailable(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    // EMFILE and ENFILE: too many open files (in the process, the system).
+    matches!(e.kind(), PermissionDenied | WouldBlock | OutOfMemory)
+        || matches!(e.raw_os_error(), Some(23 | 24))
+}
+
 impl From<redb::DatabaseError> for SnapshotError {
     fn from(e: redb::DatabaseError) -> Self {
-        SnapshotError::Corrupt(e.to_string())
+        match e {
+            redb::DatabaseError::DatabaseAlreadyOpen => SnapshotError::Unavailable(e.to_string()),
+            redb::DatabaseError::Storage(redb::StorageError::Io(io)) if is_unavailable(&io) => {
+                SnapshotError::Unavailable(io.to_string())
+            }
+            e => SnapshotError::Corrupt(e.to_string()),
+        }
     }
 }
 
@@ -61,4 +83,16 @@ impl From<redb::StorageError> for SnapshotError {
     fn from(e: redb::StorageError) -> Self {
         SnapshotError::Corrupt(e.to_string())
     }
+}
+
+/// Why [`cluster_identity`](super::cluster_identity) found no identity.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClusterIdentityError {
+    /// Reading the `kube-system` namespace failed (refused, forbidden, absent).
+    #[error("reading the kube-system namespace: {0}")]
+    Request(#[from] kube::Error),
+    /// The namespace has no uid.
+    #[error("the kube-system namespace has no uid")]
+    NoUid,
 }

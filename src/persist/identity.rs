@@ -2,6 +2,8 @@
 //! identity, so never for another cluster, resource, namespace or selector,
 //! nor after an incompatible change.
 
+use super::error::ClusterIdentityError;
+
 use serde::Serialize;
 
 /// Bumped on any change of the file's layout or of what is stored (2:
@@ -55,6 +57,20 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
     })
+}
+
+/// A name of the cluster `client` talks to that differs between clusters,
+/// for [`InformerBuilder::persist`](crate::InformerBuilder::persist)'s
+/// `cluster`: the uid of its `kube-system` namespace, which is made with the
+/// cluster and kept for its life (a server URL is not: every cluster's
+/// in-cluster address is the same). Needs `get` on that namespace.
+pub async fn cluster_identity(client: &kube::Client) -> Result<String, ClusterIdentityError> {
+    let api: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client.clone());
+    let namespace = api.get("kube-system").await?;
+    match namespace.metadata.uid {
+        Some(uid) if !uid.is_empty() => Ok(format!("kube-system/{uid}")),
+        _ => Err(ClusterIdentityError::NoUid),
+    }
 }
 
 #[cfg(test)]

@@ -37,8 +37,8 @@ use kinformer_actors::indexer::SnapshotFeed;
 use kinformer_actors::reflector::{RestoreFn, Restored};
 use tokio::sync::watch;
 
-pub use error::SnapshotError;
-pub use identity::{SNAPSHOT_SCHEMA, SnapshotIdentity};
+pub use error::{ClusterIdentityError, SnapshotError};
+pub use identity::{SNAPSHOT_SCHEMA, SnapshotIdentity, cluster_identity};
 pub(crate) use restore::PersistConfig;
 use restore::Restore;
 use stats::PersistStats;

@@ -22,7 +22,6 @@ use super::writer::{self, WriterFile};
 pub(crate) struct PersistConfig<K> {
     pub dir: PathBuf,
     pub cluster: String,
-    pub schema: String,
     pub encode: Encode<K>,
     pub decode: Decode<K>,
 }
@@ -42,7 +41,24 @@ pub(super) struct Restore<K> {
 }
 
 impl<K: Object> Restore<K> {
+    /// Restores, then starts the writer. A panic (of the database on a
+    /// damaged file outside the checks, say) is reported like a failure:
+    /// persistence stops, the informer goes on in memory.
     pub(super) fn run(self, done: watch::Sender<bool>) {
+        let (feed, stats) = (self.feed.clone(), self.stats.clone());
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.restore(done)));
+        if let Err(panic) = ran {
+            let failure = format!(
+                "the snapshot restore panicked: {}",
+                kinformer_actors::panic::panic_message(panic.as_ref())
+            );
+            tracing::error!(error = %failure, "persistence off: the informer goes on in memory");
+            stats.set_error(failure);
+            feed.abandon();
+        }
+    }
+
+    fn restore(self, done: watch::Sender<bool>) {
         let Restore {
             path,
             identity,
@@ -62,14 +78,21 @@ impl<K: Object> Restore<K> {
             Ok(Some(opened)) => {
                 let _ = head.send(Some(opened.resource_version.clone()));
                 let started = std::time::Instant::now();
+                // The informer stopped taking pages (the Reflector restarted
+                // and lists): the cache lacks the rest, which the file keeps.
+                let mut cut_short = false;
                 let read = snapshot_file::read_pages(&opened, config.decode, |page| {
-                    pages.blocking_send(RestoredPage::Objects(page)).is_ok()
+                    let taken = pages.blocking_send(RestoredPage::Objects(page)).is_ok();
+                    cut_short |= !taken;
+                    taken
                 });
                 match read {
                     Ok(objects) => {
                         let _ = pages.blocking_send(RestoredPage::Complete);
-                        tracing::debug!(objects, took = ?started.elapsed(), "snapshot read and decoded");
-                        Ok((opened.db, opened.dictionary, false))
+                        tracing::debug!(objects, cut_short, took = ?started.elapsed(), "snapshot read and decoded");
+                        // Cut short, the first commit writes the whole cache
+                        // (the file's other objects are not in it).
+                        Ok((opened.db, opened.dictionary, cut_short))
                     }
                     // Pages may have been handed on: the informer keeps
                     // them, lists, and the new file is written whole.
@@ -92,6 +115,11 @@ impl<K: Object> Restore<K> {
                 tracing::info!(file = %path.display(), "the snapshot was never committed; listing");
                 fresh().map(|db| (db, None, true))
             }
+            // Someone else has the file: it is theirs, not damaged.
+            Err(e @ SnapshotError::Unavailable(_)) => {
+                let _ = head.send(None);
+                Err(e)
+            }
             Err(e) => {
                 let _ = head.send(None);
                 discard(&e);
@@ -112,17 +140,20 @@ impl<K: Object> Restore<K> {
         match file {
             Ok(file) => {
                 let encode = config.encode;
+                let (writer_feed, writer_stats) = (feed.clone(), stats.clone());
                 let spawned = std::thread::Builder::new()
                     .name("kinformer-snapshot".into())
-                    .spawn(move || writer::run(file, feed.clone(), stats, encode, done));
+                    .spawn(move || writer::run(file, writer_feed, writer_stats, encode, done));
                 if let Err(e) = spawned {
                     tracing::error!(error = %e, "cannot start the snapshot writer; the informer goes on in memory");
+                    stats.set_error(format!("cannot start the snapshot writer: {e}"));
+                    feed.abandon();
                 }
             }
             Err(e) => {
                 tracing::error!(file = %path.display(), error = %e, "persistence off: the informer goes on in memory");
                 stats.set_error(e.to_string());
-                feed.close();
+                feed.abandon();
             }
         }
     }

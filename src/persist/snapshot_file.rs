@@ -291,22 +291,35 @@ fn read_pages_checked<K: Send + Sync>(
     })
 }
 
-/// A fresh, empty snapshot for `identity` at `path` (any file there is
-/// replaced), not yet at any resourceVersion.
+/// A fresh, empty snapshot for `identity` at `path` (any content there is
+/// replaced), not yet at any resourceVersion. A file another informer or
+/// process has open is `Unavailable` and left alone; a file that is not a
+/// database is replaced.
 pub fn create(path: &Path, identity: &SnapshotIdentity) -> Result<Database, SnapshotError> {
     let write =
         |e: &dyn std::fmt::Display| SnapshotError::Write(format!("{}: {e}", path.display()));
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| write(&e))?;
     }
-    match std::fs::remove_file(path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(write(&e)),
-    }
-    let db = Database::create(path).map_err(|e| write(&e))?;
+    // Opened in place, never unlinked while someone may hold it: a process
+    // writing to an unlinked file would lose every commit without an error.
+    let db = match caught(|| Database::create(path).map_err(SnapshotError::from)) {
+        Ok(db) => db,
+        Err(SnapshotError::Unavailable(e)) => return Err(SnapshotError::Unavailable(e)),
+        Err(_) => {
+            match std::fs::remove_file(path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(write(&e)),
+            }
+            Database::create(path).map_err(|e| write(&e))?
+        }
+    };
     let txn = db.begin_write().map_err(|e| write(&e))?;
     {
+        for table in [OBJECTS, META] {
+            txn.delete_table(table).map_err(|e| write(&e))?;
+        }
         let mut meta = txn.open_table(META).map_err(|e| write(&e))?;
         let schema = SNAPSHOT_SCHEMA.to_string();
         let canonical = identity.canonical();
@@ -340,9 +353,11 @@ pub struct Written {
 
 /// One consistent state to commit: the state of each changed key (`None`:
 /// gone), the resourceVersion and the object count at it.
-pub struct Commit<'a, K> {
-    /// The changed keys with their state.
-    pub changes: Vec<(&'a str, Option<&'a K>)>,
+pub struct Commit<'a, I> {
+    /// The changed keys with their state, read as they are written (a
+    /// compact cache decodes each object on reading: a commit of every key
+    /// must not hold them all at once).
+    pub changes: I,
     /// The resourceVersion the snapshot is at once committed.
     pub resource_version: &'a str,
     /// How many objects the snapshot holds once committed.
@@ -352,38 +367,52 @@ pub struct Commit<'a, K> {
 /// Writes `commit` in one transaction: the objects and the resourceVersion
 /// together, or nothing. The first commit of at least
 /// [`DICTIONARY_SAMPLES`] objects into a file without a dictionary learns
-/// one from its first objects, stored in the same transaction.
-pub fn write<K>(
+/// one from its first objects, stored in the same transaction. At most
+/// that many objects are held at once.
+pub fn write<K, S, I>(
     db: &Database,
-    commit: Commit<'_, K>,
+    commit: Commit<'_, I>,
     encode: Encode<K>,
     values: &mut ValueWriter,
-) -> Result<Written, SnapshotError> {
+) -> Result<Written, SnapshotError>
+where
+    S: AsRef<str>,
+    I: Iterator<Item = (S, Option<Arc<K>>)>,
+{
     let write = |e: &dyn std::fmt::Display| SnapshotError::Write(e.to_string());
-    let states = commit.changes.iter().filter_map(|(_, state)| *state);
-    let mut learned = None;
-    // The JSON of the first objects, learned from and then written.
+    let mut changes = commit.changes;
+    // The changes up to the first `DICTIONARY_SAMPLES` objects, with the JSON
+    // of those objects: learned from if there are that many, then written.
+    let mut head = Vec::new();
     let mut samples = Vec::new();
-    if values.wants_dictionary(states.clone().count()) {
-        samples = states
-            .take(DICTIONARY_SAMPLES)
-            .map(encode)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| write(&e))?;
-        let refs: Vec<&[u8]> = samples.iter().map(Vec::as_slice).collect();
-        learned = values.learn(&refs);
+    let mut learned = None;
+    if values.wants_dictionary(DICTIONARY_SAMPLES) {
+        for (key, state) in changes.by_ref() {
+            if let Some(object) = &state {
+                samples.push(encode(object).map_err(|e| write(&e))?);
+            }
+            head.push((key, state));
+            if samples.len() == DICTIONARY_SAMPLES {
+                break;
+            }
+        }
+        if samples.len() == DICTIONARY_SAMPLES {
+            let refs: Vec<&[u8]> = samples.iter().map(Vec::as_slice).collect();
+            learned = values.learn(&refs);
+        }
     }
     let mut samples = samples.into_iter();
     let txn = db.begin_write().map_err(|e| write(&e))?;
     let mut written = Written::default();
     {
         let mut objects = txn.open_table(OBJECTS).map_err(|e| write(&e))?;
-        for (key, state) in commit.changes {
+        for (key, state) in head.into_iter().chain(changes) {
+            let key = key.as_ref();
             match state {
                 Some(object) => {
                     let json = match samples.next() {
                         Some(json) => json,
-                        None => encode(object).map_err(|e| write(&e))?,
+                        None => encode(&object).map_err(|e| write(&e))?,
                     };
                     let stored = values.encode(&json)?;
                     objects
@@ -446,6 +475,9 @@ mod tests {
     /// Commits as a writer on this file would (with its dictionary, if it
     /// has one).
     fn commit(db: &Database, changes: Vec<(&str, Option<&String>)>, rv: &str, count: u64) {
+        let changes = changes
+            .into_iter()
+            .map(|(k, o)| (k, o.map(|o| Arc::new(o.clone()))));
         let dictionary = {
             let txn = db.begin_read().unwrap();
             let meta = txn.open_table(META).unwrap();
@@ -725,6 +757,94 @@ mod tests {
         assert!(
             matches!(load(&path, &id, decode), Err(SnapshotError::Corrupt(_))),
             "count"
+        );
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// A file another database handle has open is `Unavailable`, to open
+    /// and to create, and is left as it was (never unlinked).
+    #[test]
+    fn a_file_in_use_is_unavailable_and_left_alone() {
+        use std::os::unix::fs::MetadataExt;
+        let d = dir("in-use");
+        let id = identity("");
+        let path = path_in(&d, &id);
+        let db = create(&path, &id).unwrap();
+        commit(&db, vec![("a", Some(&"x".to_string()))], "5", 1);
+        let inode = std::fs::metadata(&path).unwrap().ino();
+        assert!(matches!(
+            open(&path, &id),
+            Err(SnapshotError::Unavailable(_))
+        ));
+        assert!(matches!(
+            create(&path, &id),
+            Err(SnapshotError::Unavailable(_))
+        ));
+        assert_eq!(std::fs::metadata(&path).unwrap().ino(), inode);
+        drop(db);
+        let loaded = load(&path, &id, decode).unwrap().unwrap();
+        assert_eq!(loaded.resource_version, "5");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// `create` on a snapshot that is not in use empties it in place.
+    #[test]
+    fn create_empties_an_existing_snapshot() {
+        let d = dir("recreate");
+        let id = identity("");
+        let path = path_in(&d, &id);
+        let db = create(&path, &id).unwrap();
+        commit(&db, vec![("a", Some(&"x".to_string()))], "5", 1);
+        drop(db);
+        let db = create(&path, &id).unwrap();
+        drop(db);
+        assert!(matches!(open(&path, &id), Err(SnapshotError::Empty)));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// A commit reads its objects as it writes them: a compact cache
+    /// decodes each on reading, so no more than the dictionary's samples
+    /// are held at once, however many keys the commit writes.
+    #[test]
+    fn a_commit_holds_few_objects_at_once() {
+        use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+        static LIVE: AtomicUsize = AtomicUsize::new(0);
+        static MOST: AtomicUsize = AtomicUsize::new(0);
+        struct Counted(String);
+        impl Drop for Counted {
+            fn drop(&mut self) {
+                LIVE.fetch_sub(1, Relaxed);
+            }
+        }
+        fn counted(i: usize) -> Arc<Counted> {
+            let live = LIVE.fetch_add(1, Relaxed) + 1;
+            MOST.fetch_max(live, Relaxed);
+            Arc::new(Counted(format!(
+                "object {i} with some content to learn from"
+            )))
+        }
+        fn encode(c: &Counted) -> Result<Vec<u8>, serde_json::Error> {
+            serde_json::to_vec(&c.0)
+        }
+        let d = dir("bounded");
+        let id = identity("");
+        let db = create(&path_in(&d, &id), &id).unwrap();
+        let keys: Vec<String> = (0..2000).map(|i| format!("k{i:05}")).collect();
+        let mut values = ValueWriter::new(None).unwrap();
+        let c = Commit {
+            changes: keys
+                .iter()
+                .enumerate()
+                .map(|(i, k)| (k.as_str(), Some(counted(i)))),
+            resource_version: "9",
+            count: 2000,
+        };
+        let written = write(&db, c, encode, &mut values).unwrap();
+        assert_eq!(written.objects, 2000);
+        assert!(
+            MOST.load(Relaxed) <= DICTIONARY_SAMPLES + 1,
+            "{} objects held at once",
+            MOST.load(Relaxed)
         );
         let _ = std::fs::remove_dir_all(&d);
     }

@@ -15,6 +15,7 @@ use redb::Database;
 use tokio::sync::watch;
 
 use super::compression::ValueWriter;
+use super::error::SnapshotError;
 use super::snapshot_file::{Commit, Encode, write};
 use super::stats::PersistStats;
 
@@ -36,7 +37,9 @@ pub struct WriterFile {
 }
 
 /// Runs the writer until the feed closes or a write fails; `done` turns
-/// true when it ends (the file is closed then).
+/// true when it ends (the file is closed then). A failure, or a panic of
+/// the writer, is reported in `stats` and abandons the feed (the Indexer
+/// stops offering points, and the one not taken is released).
 pub fn run<K: Object>(
     file: WriterFile,
     feed: Arc<SnapshotFeed<K>>,
@@ -44,6 +47,33 @@ pub fn run<K: Object>(
     encode: Encode<K>,
     done: watch::Sender<bool>,
 ) {
+    let wrote = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        write_points(file, &feed, &stats, encode)
+    }));
+    let failure = match wrote {
+        Ok(Ok(())) => None,
+        Ok(Err(e)) => Some(e.to_string()),
+        Err(panic) => Some(format!(
+            "the snapshot writer panicked: {}",
+            kinformer_actors::panic::panic_message(panic.as_ref())
+        )),
+    };
+    if let Some(failure) = failure {
+        tracing::error!(error = %failure, "snapshot write failed; persistence stops, the informer goes on in memory");
+        stats.set_error(failure);
+        feed.abandon();
+    }
+    done.send_replace(true);
+}
+
+/// Commits the points `feed` offers until it closes; the file is closed
+/// when this returns.
+fn write_points<K: Object>(
+    file: WriterFile,
+    feed: &SnapshotFeed<K>,
+    stats: &PersistStats,
+    encode: Encode<K>,
+) -> Result<(), SnapshotError> {
     let WriterFile {
         db,
         mut values,
@@ -51,60 +81,102 @@ pub fn run<K: Object>(
     } = file;
     loop {
         let point = match feed.take(Duration::from_secs(1)) {
-            Err(_) => break,
+            Err(_) => return Ok(()),
             Ok(None) => continue,
             Ok(Some(point)) => point,
         };
         let started = Instant::now();
-        let every: Vec<ObjectKey>;
-        let mut keys: Vec<&ObjectKey> = if fresh {
-            every = point.snapshot.keys();
-            every.iter().collect()
+        let mut keys: Vec<ObjectKey> = if fresh {
+            point.snapshot.keys()
         } else {
-            point.changed.iter().collect()
+            point.changed.iter().cloned().collect()
         };
         // In key order: neighbouring B-tree pages are written together.
         keys.sort_unstable();
-        let states: Vec<(&str, Option<Arc<K>>)> = keys
-            .iter()
-            .map(|k| (k.as_str(), point.snapshot.get(*k)))
-            .collect();
         let commit = Commit {
-            changes: states.iter().map(|(k, o)| (*k, o.as_deref())).collect(),
+            changes: keys.iter().map(|k| (k.as_str(), point.snapshot.get(k))),
             resource_version: &point.resource_version,
             count: point.snapshot.len() as u64,
         };
-        match write(&db, commit, encode, &mut values) {
-            Ok(written) => {
-                fresh = false;
-                stats.commits.fetch_add(1, Ordering::Relaxed);
-                stats
-                    .objects_written
-                    .fetch_add(written.objects, Ordering::Relaxed);
-                stats
-                    .objects_removed
-                    .fetch_add(written.removed, Ordering::Relaxed);
-                stats
-                    .bytes_written
-                    .fetch_add(written.bytes, Ordering::Relaxed);
-                stats
-                    .json_bytes_written
-                    .fetch_add(written.json_bytes, Ordering::Relaxed);
-                let took = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-                stats.write_micros.fetch_add(took, Ordering::Relaxed);
-                stats.set_resource_version(&point.resource_version);
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "snapshot write failed; persistence stops, the informer goes on in memory");
-                stats.set_error(e.to_string());
-                feed.close();
-                break;
-            }
-        }
-        drop(states);
+        let written = write(&db, commit, encode, &mut values)?;
+        fresh = false;
+        stats.commits.fetch_add(1, Ordering::Relaxed);
+        stats
+            .objects_written
+            .fetch_add(written.objects, Ordering::Relaxed);
+        stats
+            .objects_removed
+            .fetch_add(written.removed, Ordering::Relaxed);
+        stats
+            .bytes_written
+            .fetch_add(written.bytes, Ordering::Relaxed);
+        stats
+            .json_bytes_written
+            .fetch_add(written.json_bytes, Ordering::Relaxed);
+        let took = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        stats.write_micros.fetch_add(took, Ordering::Relaxed);
+        stats.set_resource_version(&point.resource_version);
         drop(point);
         std::thread::sleep(COMMIT_INTERVAL.saturating_sub(started.elapsed()));
     }
-    drop(db);
-    done.send_replace(true);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kinformer_actors::indexer::Cache;
+
+    use super::*;
+    use crate::persist::identity::SnapshotIdentity;
+    use crate::persist::snapshot_file;
+
+    fn panics(_: &ConfigMap) -> Result<Vec<u8>, serde_json::Error> {
+        panic!("an encoder that panics")
+    }
+
+    /// A panic while writing stops persistence with a reported error, as a
+    /// failed write does: the feed is abandoned and `done` turns true.
+    #[test]
+    fn a_panicking_writer_is_reported_and_abandons_the_feed() {
+        let dir =
+            std::env::temp_dir().join(format!("kinformer-writer-panic-{}", std::process::id()));
+        let identity = SnapshotIdentity {
+            cluster: "test".into(),
+            resource: "/api/v1/configmaps".into(),
+            label_selector: String::new(),
+            field_selector: String::new(),
+            object_schema: "ConfigMap".into(),
+        };
+        let db =
+            snapshot_file::create(&snapshot_file::path_in(&dir, &identity), &identity).unwrap();
+        let file = WriterFile {
+            db,
+            values: ValueWriter::new(None).unwrap(),
+            fresh: true,
+        };
+        let mut cache = Cache::<ConfigMap>::new();
+        let object = Arc::new(ConfigMap {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some("a".into()),
+                namespace: Some("ns".into()),
+                resource_version: Some("5".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        cache.upsert(ObjectKey::of(object.as_ref()).unwrap(), object);
+        cache.publish();
+        let feed = SnapshotFeed::new();
+        feed.offer(cache.snapshot(), "5".into(), &mut HashSet::new());
+        let stats = Arc::new(PersistStats::default());
+        let (done_tx, done) = watch::channel(false);
+        run(file, feed.clone(), stats.clone(), panics, done_tx);
+        assert!(*done.borrow());
+        assert!(feed.is_closed());
+        let error = stats.status(false).error.unwrap_or_default();
+        assert!(error.contains("panicked"), "{error}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -182,6 +182,28 @@ async fn start_all(loaded: &Loaded) -> anyhow::Result<Started> {
         resolved.push(r);
     }
 
+    // What snapshots are keyed by: kube-system's uid differs between
+    // clusters, the server URL may not (in-cluster, recreated test clusters).
+    let persisting =
+        settings.engine.persist.is_some() || settings.informers.iter().any(|i| i.persist.is_some());
+    let cluster_id = if persisting {
+        let read = super::within(
+            "reading the cluster's identity",
+            settings.engine.read_timeout,
+            async { Ok(kinformer::cluster_identity(&client).await) },
+        )
+        .await?;
+        match read {
+            Ok(id) => format!("{} {id}", cluster.config.cluster_url),
+            Err(e) => {
+                tracing::warn!(error = %e, "no cluster identity (the kube-system namespace's uid): snapshots are keyed by the server URL alone");
+                cluster.config.cluster_url.to_string()
+            }
+        }
+    } else {
+        String::new()
+    };
+
     let t0 = Instant::now();
     let mut views = Vec::new();
     for (inf, res) in settings.informers.iter().zip(&resolved) {
@@ -194,7 +216,7 @@ async fn start_all(loaded: &Loaded) -> anyhow::Result<Started> {
             page_size: inf.page_size,
             streaming_lists: inf.streaming_lists,
             persist: (inf.persist.as_ref().or(settings.engine.persist.as_ref()))
-                .map(|dir| (dir.clone(), cluster.config.cluster_url.to_string())),
+                .map(|dir| (dir.clone(), cluster_id.clone())),
             compact_cache: inf.compact_cache,
         };
         let informer = start_informer(client.clone(), res, &selection, &settings.engine)?;

@@ -67,7 +67,8 @@ impl<K> SnapshotFeed<K> {
     }
 
     /// Offers a point, merged into one not taken yet (`changed` is drained).
-    fn offer(&self, snapshot: Snapshot<K>, rv: String, changed: &mut HashSet<ObjectKey>) {
+    /// The Indexer offers each consistent point; nothing once closed.
+    pub fn offer(&self, snapshot: Snapshot<K>, rv: String, changed: &mut HashSet<ObjectKey>) {
         let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
         if self.is_closed() {
             changed.clear();
@@ -116,7 +117,19 @@ impl<K> SnapshotFeed<K> {
         self.ready.notify_all();
     }
 
-    /// True once [`close`](Self::close)d.
+    /// No more points, and the one offered and not taken is dropped: the
+    /// writer failed or never started, so nothing will take it (kept, it
+    /// would hold a copy of the cache as the cache moves on).
+    pub fn abandon(&self) {
+        let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        self.closed.store(true, Ordering::Relaxed);
+        let dropped = pending.take();
+        drop(pending);
+        drop(dropped);
+        self.ready.notify_all();
+    }
+
+    /// True once [`close`](Self::close)d or [`abandon`](Self::abandon)ed.
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Relaxed)
     }
@@ -212,6 +225,28 @@ mod tests {
         let mut v: Vec<String> = point.changed.iter().map(|k| k.to_string()).collect();
         v.sort();
         v
+    }
+
+    /// A writer that failed abandons the feed: the point it did not take is
+    /// dropped at once (it would hold a copy of the cache), and none is
+    /// offered after.
+    #[test]
+    fn an_abandoned_feed_drops_its_point_and_takes_no_more() {
+        let feed = SnapshotFeed::new();
+        let mut cache = Cache::<ConfigMap>::new();
+        let object = configmap("a", "1");
+        cache.upsert(ObjectKey::of(object.as_ref()).unwrap(), object.clone());
+        cache.publish();
+        feed.offer(cache.snapshot(), "5".into(), &mut HashSet::new());
+        feed.abandon();
+        assert!(
+            matches!(feed.take(Duration::ZERO), Err(FeedClosed)),
+            "the point offered before is gone"
+        );
+        let mut changed = HashSet::from([ObjectKey::of(object.as_ref()).unwrap()]);
+        feed.offer(cache.snapshot(), "6".into(), &mut changed);
+        assert!(changed.is_empty(), "changes are no longer kept");
+        assert!(matches!(feed.take(Duration::ZERO), Err(FeedClosed)));
     }
 
     /// Points not taken yet merge: the newest resourceVersion, the union of
