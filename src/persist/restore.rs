@@ -87,11 +87,11 @@ impl<K: Object> Restore<K> {
                     taken
                 });
                 match read {
+                    // Cut short, the cache lacks some of the file's objects:
+                    // the first commit rewrites the file from the cache.
                     Ok(objects) => {
                         let _ = pages.blocking_send(RestoredPage::Complete);
                         tracing::debug!(objects, cut_short, took = ?started.elapsed(), "snapshot read and decoded");
-                        // Cut short, the first commit writes the whole cache
-                        // (the file's other objects are not in it).
                         Ok((opened.db, opened.dictionary, cut_short))
                     }
                     // Pages may have been handed on: the informer keeps

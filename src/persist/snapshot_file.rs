@@ -351,6 +351,19 @@ pub struct Written {
     pub json_bytes: u64,
 }
 
+/// The keys of every object the file holds.
+pub fn stored_keys(db: &Database) -> Result<Vec<String>, SnapshotError> {
+    let read = |e: &dyn std::fmt::Display| SnapshotError::Write(e.to_string());
+    let txn = db.begin_read().map_err(|e| read(&e))?;
+    let objects = txn.open_table(OBJECTS).map_err(|e| read(&e))?;
+    let mut keys = Vec::new();
+    for entry in objects.iter().map_err(|e| read(&e))? {
+        let (key, _) = entry.map_err(|e| read(&e))?;
+        keys.push(key.value().to_owned());
+    }
+    Ok(keys)
+}
+
 /// One consistent state to commit: the state of each changed key (`None`:
 /// gone), the resourceVersion and the object count at it.
 pub struct Commit<'a, I> {

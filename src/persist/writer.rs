@@ -16,7 +16,7 @@ use tokio::sync::watch;
 
 use super::compression::ValueWriter;
 use super::error::SnapshotError;
-use super::snapshot_file::{Commit, Encode, write};
+use super::snapshot_file::{Commit, Encode, stored_keys, write};
 use super::stats::PersistStats;
 
 /// The shortest time between two commits: changes within it go in one
@@ -29,10 +29,11 @@ pub struct WriterFile {
     pub db: Database,
     /// How its values are compressed (its dictionary, if it has one).
     pub values: ValueWriter,
-    /// It holds no object yet (a new file, or one made after a discard):
-    /// the first commit writes every object of its state, not only those
-    /// changed since the last point (a restore cut short leaves objects in
-    /// the cache that no point counts as changed).
+    /// The first commit writes the whole state, not only the keys changed
+    /// since the last point: the file is new (or made after a discard), or
+    /// a restore was cut short (the cache lacks objects the file holds, and
+    /// holds listed ones no point counts as changed). That commit also
+    /// removes what the file holds beyond the state.
     pub fresh: bool,
 }
 
@@ -87,7 +88,16 @@ fn write_points<K: Object>(
         };
         let started = Instant::now();
         let mut keys: Vec<ObjectKey> = if fresh {
-            point.snapshot.keys()
+            let mut keys = point.snapshot.keys();
+            let kept: std::collections::HashSet<&str> =
+                keys.iter().map(ObjectKey::as_str).collect();
+            let stale: Vec<ObjectKey> = stored_keys(&db)?
+                .into_iter()
+                .filter(|k| !kept.contains(k.as_str()))
+                .map(|k| ObjectKey::from(k.as_str()))
+                .collect();
+            keys.extend(stale);
+            keys
         } else {
             point.changed.iter().cloned().collect()
         };
@@ -132,8 +142,64 @@ mod tests {
     use crate::persist::identity::SnapshotIdentity;
     use crate::persist::snapshot_file;
 
+    fn identity() -> SnapshotIdentity {
+        SnapshotIdentity {
+            cluster: "test".into(),
+            resource: "/api/v1/configmaps".into(),
+            label_selector: String::new(),
+            field_selector: String::new(),
+            object_schema: "ConfigMap".into(),
+        }
+    }
+
+    fn configmap(name: &str) -> Arc<ConfigMap> {
+        Arc::new(ConfigMap {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                resource_version: Some("5".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+    }
+
+    fn encode(c: &ConfigMap) -> Result<Vec<u8>, serde_json::Error> {
+        serde_json::to_vec(c)
+    }
+
     fn panics(_: &ConfigMap) -> Result<Vec<u8>, serde_json::Error> {
         panic!("an encoder that panics")
+    }
+
+    /// Runs the writer on `db` (its first commit `fresh`) over one point
+    /// holding `names` at resourceVersion 5, until the feed closes.
+    fn write_once(
+        db: redb::Database,
+        fresh: bool,
+        names: &[&str],
+        encode: Encode<ConfigMap>,
+    ) -> (Arc<SnapshotFeed<ConfigMap>>, Arc<PersistStats>) {
+        let file = WriterFile {
+            db,
+            values: ValueWriter::new(None).unwrap(),
+            fresh,
+        };
+        let mut cache = Cache::<ConfigMap>::new();
+        for name in names {
+            let object = configmap(name);
+            cache.upsert(ObjectKey::of(object.as_ref()).unwrap(), object);
+        }
+        cache.publish();
+        let feed = SnapshotFeed::new();
+        feed.offer(cache.snapshot(), "5".into(), &mut HashSet::new());
+        let stats = Arc::new(PersistStats::default());
+        let (done_tx, done) = watch::channel(false);
+        // Closed with the point offered: the writer commits it, then ends.
+        feed.close();
+        run(file, feed.clone(), stats.clone(), encode, done_tx);
+        assert!(*done.borrow());
+        (feed, stats)
     }
 
     /// A panic while writing stops persistence with a reported error, as a
@@ -142,41 +208,37 @@ mod tests {
     fn a_panicking_writer_is_reported_and_abandons_the_feed() {
         let dir =
             std::env::temp_dir().join(format!("kinformer-writer-panic-{}", std::process::id()));
-        let identity = SnapshotIdentity {
-            cluster: "test".into(),
-            resource: "/api/v1/configmaps".into(),
-            label_selector: String::new(),
-            field_selector: String::new(),
-            object_schema: "ConfigMap".into(),
-        };
-        let db =
-            snapshot_file::create(&snapshot_file::path_in(&dir, &identity), &identity).unwrap();
-        let file = WriterFile {
-            db,
-            values: ValueWriter::new(None).unwrap(),
-            fresh: true,
-        };
-        let mut cache = Cache::<ConfigMap>::new();
-        let object = Arc::new(ConfigMap {
-            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-                name: Some("a".into()),
-                namespace: Some("ns".into()),
-                resource_version: Some("5".into()),
-                ..Default::default()
-            },
-            ..Default::default()
-        });
-        cache.upsert(ObjectKey::of(object.as_ref()).unwrap(), object);
-        cache.publish();
-        let feed = SnapshotFeed::new();
-        feed.offer(cache.snapshot(), "5".into(), &mut HashSet::new());
-        let stats = Arc::new(PersistStats::default());
-        let (done_tx, done) = watch::channel(false);
-        run(file, feed.clone(), stats.clone(), panics, done_tx);
-        assert!(*done.borrow());
+        let id = identity();
+        let db = snapshot_file::create(&snapshot_file::path_in(&dir, &id), &id).unwrap();
+        let (feed, stats) = write_once(db, true, &["a"], panics);
         assert!(feed.is_closed());
         let error = stats.status(false).error.unwrap_or_default();
         assert!(error.contains("panicked"), "{error}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A fresh first commit over a file that holds more (a restore cut
+    /// short) leaves exactly the state: the file's other objects removed,
+    /// its count right, so the next start can use it.
+    #[test]
+    fn a_fresh_commit_removes_what_the_state_lacks() {
+        let dir =
+            std::env::temp_dir().join(format!("kinformer-writer-fresh-{}", std::process::id()));
+        let id = identity();
+        let path = snapshot_file::path_in(&dir, &id);
+        let db = snapshot_file::create(&path, &id).unwrap();
+        let (_, stats) = write_once(db, true, &["a", "b", "stale"], encode);
+        assert!(stats.status(false).error.is_none());
+        let db = snapshot_file::open(&path, &id).unwrap().unwrap().db;
+        let (_, stats) = write_once(db, true, &["a", "b", "c"], encode);
+        assert!(stats.status(false).error.is_none());
+        assert_eq!(stats.objects_removed.load(Ordering::Relaxed), 1);
+        let opened = snapshot_file::open(&path, &id).unwrap().unwrap();
+        assert_eq!(opened.count, 3);
+        let mut keys = snapshot_file::stored_keys(&opened.db).unwrap();
+        keys.sort();
+        assert_eq!(keys, ["ns/a", "ns/b", "ns/c"]);
+        drop(opened);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
