@@ -20,6 +20,10 @@ use super::metrics::QueueMetrics;
 use super::priority::Priority;
 use super::queue::{Added, Get, Queue};
 
+/// The longest wait, about 30 years: a longer delay (`Duration::MAX` for
+/// "not before a change") waits this long rather than overflow the clock.
+pub const LONGEST_WAIT: Duration = Duration::from_secs(30 * 365 * 86_400);
+
 /// A key waiting for its ready time.
 #[derive(Debug)]
 struct Wait {
@@ -120,7 +124,7 @@ impl<K: Clone + Eq + Hash> DelayingQueue<K> {
             // PQ-5: the re-run waits for the backoff.
             priority = priority.max(self.queue.take_pending(&key).expect("pending"));
         }
-        let at = now + delay;
+        let at = now + delay.min(LONGEST_WAIT);
         if let Some(wait) = self.waits.get_mut(&key) {
             wait.priority = wait.priority.max(priority);
             wait.backoff |= backoff;
@@ -282,6 +286,21 @@ mod tests {
         assert_eq!(q.release_due(t + ms(60) + Duration::from_secs(10)), 0);
         assert_eq!(q.len(), 0, "nothing more after the heartbeat's 10 s");
         assert_eq!(q.next_ready_at(), None);
+    }
+
+    /// DQ-1: a delay too long for the clock (`Duration::MAX`) is a wait
+    /// of [`LONGEST_WAIT`], not a panic; an add ends it (PQ-4).
+    #[test]
+    fn dq_1_an_endless_delay_waits_the_longest_wait() {
+        let t = Instant::now();
+        let mut q = DelayingQueue::new("dq-max");
+        q.add_after("foo", Duration::MAX, N, t);
+        assert_eq!(q.next_ready_at(), Some(t + LONGEST_WAIT));
+        assert_eq!(q.release_due(t + Duration::from_secs(86_400)), 0);
+        q.add_backoff("bar", Duration::MAX, N, t);
+        assert_eq!(q.len(), 0);
+        q.add("foo", N, t);
+        assert_eq!(take(&mut q, t), Some("foo"));
     }
 
     #[test]
