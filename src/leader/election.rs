@@ -208,6 +208,9 @@ impl Election {
             (_, Answer::Missing) => {
                 self.lease = None;
                 self.observed_at = None;
+                // Deleted under us: another replica may create it and lead
+                // at once (LE-6), so this one leads only once it creates it.
+                self.step_down(now, StepDownReason::LeaseDeleted, &mut fx);
                 self.report(now, &mut fx);
                 if releasing {
                     self.finish(Finished::NotHolding, &mut fx);

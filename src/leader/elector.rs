@@ -125,18 +125,22 @@ impl LeaderElectorBuilder {
 }
 
 /// The identity used when none is given: `POD_NAME` (set it from the
-/// downward API's `metadata.name`), else the host name.
+/// downward API's `metadata.name`), else the host name with a random
+/// suffix, as client-go's examples do. The host name alone is not unique
+/// (pods on the host network, pods sharing a `hostname`, two processes on
+/// one machine), and two electors of one identity would both lead.
 pub fn default_identity() -> Result<String, LeaderError> {
     if let Ok(name) = std::env::var("POD_NAME")
         && !name.is_empty()
     {
         return Ok(name);
     }
-    hostname::get()
+    let host = hostname::get()
         .ok()
         .and_then(|h| h.into_string().ok())
         .filter(|h| !h.is_empty())
-        .ok_or(LeaderError::NoIdentity)
+        .ok_or(LeaderError::NoIdentity)?;
+    Ok(format!("{host}_{}", uuid::Uuid::new_v4()))
 }
 
 /// A running leader election over one Lease: a tokio task that tries,

@@ -41,6 +41,8 @@ pub enum StepDownReason {
         /// Its identity.
         by: String,
     },
+    /// The Lease was deleted: anyone may create it and lead (LE-6).
+    LeaseDeleted,
     /// A graceful stop: the Lease is released next (LE-8).
     Stopped,
     /// A stop without release: the Lease stays held until it expires (LE-8).

@@ -130,10 +130,22 @@ fn answered(lease: Lease) -> Answer {
     Answer::Lease(Box::new(lease))
 }
 
+/// A 404: the Lease is missing (create it), except for a create, where its
+/// namespace or the Lease API is: a failure, retried at the retry period
+/// and logged (answered `Missing`, it was created again at once, forever).
+fn not_found(creating: bool, status: &kube::core::Status) -> Answer {
+    if creating {
+        Answer::Failed(format!("cannot create the Lease: {}", status.message))
+    } else {
+        Answer::Missing
+    }
+}
+
 /// One request, bounded by `timeout`, its outcome classified (LE-3).
 fn perform(api: Api<Lease>, name: String, request: Request, timeout: Duration) -> InFlight {
     Box::pin(async move {
         let params = PostParams::default();
+        let creating = matches!(request, Request::Create(_));
         let call = async {
             match request {
                 Request::Get => api
@@ -147,9 +159,27 @@ fn perform(api: Api<Lease>, name: String, request: Request, timeout: Duration) -
         match tokio::time::timeout(timeout, call).await {
             Ok(Ok(answer)) => answer,
             Ok(Err(kube::Error::Api(status))) if status.code == 409 => Answer::Conflict,
-            Ok(Err(kube::Error::Api(status))) if status.code == 404 => Answer::Missing,
+            Ok(Err(kube::Error::Api(status))) if status.code == 404 => not_found(creating, &status),
             Ok(Err(error)) => Answer::Failed(error.to_string()),
             Err(_) => Answer::Failed(format!("no answer within {timeout:?}")),
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 404 answers a missing Lease, except to a create: there it says the
+    /// namespace (or the API) is missing, a failure retried later.
+    #[test]
+    fn a_404_to_a_create_is_a_failure_not_a_missing_lease() {
+        let status = kube::core::Status::failure("namespaces \"nowhere\" not found", "NotFound")
+            .with_code(404);
+        assert!(matches!(not_found(false, &status), Answer::Missing));
+        match not_found(true, &status) {
+            Answer::Failed(why) => assert!(why.contains("nowhere"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+    }
 }

@@ -417,6 +417,30 @@ fn le_6_a_held_unexpired_lease_is_not_taken() {
     }
 }
 
+/// LE-6: a leader whose Lease is deleted steps down when it sees that (a
+/// candidate may create it and lead at once), and leads again only by
+/// creating it; never two leaders at once.
+#[test]
+fn le_6_a_leader_whose_lease_is_deleted_steps_down_until_it_creates_it() {
+    let mut sim = Sim::new();
+    let a = sim.add();
+    sim.advance(Duration::from_millis(50));
+    sim.add();
+    sim.advance(Duration::from_secs(3));
+    assert_eq!(sim.leaders(), ["a"]);
+    sim.server.lease = None;
+    sim.advance(Duration::from_secs(10));
+    assert!(
+        sim.stepped_down(a)
+            .iter()
+            .any(|(_, r)| *r == StepDownReason::LeaseDeleted),
+        "{:?}",
+        sim.stepped_down(a)
+    );
+    sim.assert_one_leader_at_a_time();
+    assert_eq!(sim.leaders().len(), 1);
+}
+
 #[test]
 fn le_4_an_expired_lease_is_taken_after_a_full_duration_of_local_observation() {
     let mut sim = Sim::new();
