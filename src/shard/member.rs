@@ -344,9 +344,16 @@ impl Shell {
                 }
                 Ok(Written::Conflict) => {
                     let sent = now();
-                    if let Ok(Listed(Ok(leases))) = tokio::time::timeout(timeout, self.list()).await
-                    {
-                        self.membership.observed(sent, now(), &leases);
+                    match tokio::time::timeout(timeout, self.list()).await {
+                        Ok(Listed(Ok(leases))) => self.membership.observed(sent, now(), &leases),
+                        // Not re-read: the next write would conflict again
+                        // at once; wait as after a failure.
+                        _ => {
+                            tokio::time::sleep(
+                                self.timings.retry_period.min(Duration::from_millis(200)),
+                            )
+                            .await
+                        }
                     }
                     match self.membership.release(Timestamp::now()) {
                         Some(again) => lease = again,

@@ -93,6 +93,9 @@ pub struct Membership {
     /// What we may reconcile now (before the renew deadline check).
     assignment: Assignment,
     stopped: bool,
+    /// When the last list that answered was sent: a peer counts as dead
+    /// only once a list sent after its expiry shows it unchanged.
+    listed_at: Option<Instant>,
 }
 
 impl Membership {
@@ -111,23 +114,29 @@ impl Membership {
             pending: None,
             assignment: Assignment::nothing(me),
             stopped: false,
+            listed_at: None,
         }
     }
 
     /// The group's Leases as listed by a request sent at `sent_at`, answered
     /// at `now`. A Lease whose resourceVersion changed (or that is new to us)
-    /// counts as observed now (SH-5); Leases gone from the list are
-    /// forgotten. Once the list was sent after our claims were stored, the
-    /// assignment is our view's keys less those other live members claim
-    /// (SH-3).
+    /// counts as observed now (SH-5). A Lease gone from the list (deleted)
+    /// still counts until it would have expired: its member may act on its
+    /// keys that long. Our own gone from a list sent after our last write
+    /// was stored is created again. Once the list was sent after our claims
+    /// were stored, the assignment is our view's keys less those other live
+    /// members claim (SH-3).
     pub fn observed(&mut self, sent_at: Instant, now: Instant, leases: &[Lease]) {
+        self.listed_at = self.listed_at.max(Some(sent_at));
         let mut peers = BTreeMap::new();
+        let mut listed_own = false;
         for lease in leases {
             let Some(name) = lease.metadata.name.clone() else {
                 continue;
             };
             if name == self.lease_name {
                 self.own = Some(lease.clone());
+                listed_own = true;
                 continue;
             }
             let rv = lease.metadata.resource_version.clone().unwrap_or_default();
@@ -149,7 +158,20 @@ impl Membership {
             };
             peers.insert(name, peer);
         }
+        for (name, gone) in std::mem::take(&mut self.peers) {
+            if gone.live(now) {
+                peers.insert(name, gone);
+            }
+        }
         self.peers = peers;
+        if !listed_own
+            && self
+                .claims
+                .as_ref()
+                .is_some_and(|(_, stored_at)| sent_at >= *stored_at)
+        {
+            self.own = None;
+        }
         if self.stopped {
             return;
         }
@@ -162,11 +184,24 @@ impl Membership {
         }
     }
 
+    /// Whether `peer` counts as a live member: until its Lease expires by
+    /// our observation, and past that until a list sent after the expiry
+    /// showed it unchanged. A member whose lists fail cannot tell a dead
+    /// peer from a renewing one; counted dead, they would leave it a view
+    /// of itself alone, which claims every key from the others.
+    fn counts(&self, peer: &Peer, now: Instant) -> bool {
+        peer.live(now)
+            || (peer.holder.is_some()
+                && self
+                    .listed_at
+                    .is_none_or(|l| l < peer.observed_at + peer.duration))
+    }
+
     /// Other live members and the views they published.
     fn claimants(&self, now: Instant) -> Vec<(String, Vec<String>)> {
         self.peers
             .values()
-            .filter(|p| p.live(now))
+            .filter(|p| self.counts(p, now))
             .filter_map(|p| Some((p.holder.clone()?, p.view.clone()?)))
             .collect()
     }
@@ -177,7 +212,7 @@ impl Membership {
         let mut members: Vec<String> = self
             .peers
             .values()
-            .filter(|p| p.live(now))
+            .filter(|p| self.counts(p, now))
             .filter_map(|p| p.holder.clone())
             .chain([self.me.clone()])
             .collect();

@@ -83,6 +83,8 @@ struct Member {
     write: Option<Write>,
     /// Stopped being stepped (killed): its Lease stays as it was.
     dead: bool,
+    /// Its lists fail (its writes still go through).
+    lists_fail: bool,
 }
 
 impl Member {
@@ -93,6 +95,7 @@ impl Member {
             step: Step::List,
             write: None,
             dead: false,
+            lists_fail: false,
         }
     }
 }
@@ -137,8 +140,10 @@ impl Sim {
         let member = &mut self.members[i];
         match member.step {
             Step::List => {
-                let leases = self.server.list();
-                member.m.observed(now, now, &leases);
+                if !member.lists_fail {
+                    let leases = self.server.list();
+                    member.m.observed(now, now, &leases);
+                }
                 member.write = member.m.plan(now, wall);
                 member.step = Step::Write;
             }
@@ -387,6 +392,52 @@ fn sh_5_no_key_is_ours_for_two_members_through_joins_kills_and_leaves() {
             took < TIMINGS.lease_duration,
             "seed {seed}: a leave took {took:?}"
         );
+    }
+}
+
+/// A member whose lists fail while its writes succeed keeps counting its
+/// peers (it cannot tell them dead): it never publishes a view of itself
+/// alone, which would claim every key and leave most keys without an owner.
+#[test]
+fn sh_2_a_member_whose_lists_fail_keeps_its_view() {
+    for seed in 0..12 {
+        let mut sim = Sim::new(&["a", "b", "c"], seed);
+        sim.run_until_settled(Duration::from_secs(3));
+        sim.members[2].lists_fail = true;
+        sim.run(60);
+        let now = sim.now;
+        assert_eq!(
+            sim.members[2].m.members(now),
+            names(&["a", "b", "c"]),
+            "seed {seed}"
+        );
+        let owned = sim
+            .keys
+            .iter()
+            .filter(|k| {
+                sim.members[..2]
+                    .iter_mut()
+                    .any(|m| m.m.assignment(now).owns(k))
+            })
+            .count();
+        assert!(owned > 0, "seed {seed}: a and b own nothing");
+        sim.members[2].lists_fail = false;
+        sim.run_until_settled(Duration::from_secs(3));
+    }
+}
+
+/// A member's Lease deleted under it: the others count it until its Lease
+/// would have expired (it owns its keys until its renew deadline), so no key
+/// has two owners; it creates its Lease again and the group settles.
+#[test]
+fn sh_5_a_deleted_lease_is_counted_until_it_expires_and_created_again() {
+    for seed in 0..12 {
+        let mut sim = Sim::new(&["a", "b", "c"], seed);
+        sim.run_until_settled(Duration::from_secs(3));
+        sim.server.leases.remove("g-c");
+        sim.run(3);
+        sim.run_until_settled(Duration::from_secs(4));
+        assert!(sim.server.leases.contains_key("g-c"), "seed {seed}");
     }
 }
 
