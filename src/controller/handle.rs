@@ -140,16 +140,15 @@ impl<K: Object> ControllerHandle<K> {
         })
     }
 
-    /// Graceful stop (CTL-5): the feeders unsubscribe, the queue hands out no
-    /// key any more, reconciles in progress run until `deadline` and are
-    /// cancelled past it. Answers what was left and what was cancelled.
+    /// Graceful stop (CTL-5): the queue hands out no key any more, the
+    /// feeders unsubscribe, reconciles in progress run until `deadline` and
+    /// are cancelled past it. Answers what was left and what was cancelled.
     pub async fn stop(mut self, deadline: Duration) -> StopReport {
         self.stopped = true;
         self.phase.send_replace(Phase::Stopping);
+        // The feeders add nothing from now on; the queue is closed before
+        // they unsubscribe, so no reconcile starts while they do.
         self.feeders_closed.store(true, Ordering::SeqCst);
-        for source in std::mem::take(&mut self.sources) {
-            source.unsubscribe().await;
-        }
         self.workers.closing.store(true, Ordering::SeqCst);
         let left = self
             .workers
@@ -157,17 +156,22 @@ impl<K: Object> ControllerHandle<K> {
             .send(Close::new())
             .await
             .unwrap_or_default();
+        for source in std::mem::take(&mut self.sources) {
+            source.unsubscribe().await;
+        }
         let tasks = std::mem::take(&mut self.tasks);
         let aborts: Vec<_> = tasks.iter().map(JoinHandle::abort_handle).collect();
+        let mut joined = futures::future::join_all(tasks);
         let mut cancelled = Vec::new();
-        if tokio::time::timeout(deadline, futures::future::join_all(tasks))
-            .await
-            .is_err()
-        {
-            cancelled = self.workers.in_progress();
+        if tokio::time::timeout(deadline, &mut joined).await.is_err() {
             for task in aborts {
                 task.abort();
             }
+            // Each aborted reconcile names itself as its future is dropped;
+            // one that blocks its thread is never dropped: still in progress.
+            let _ = tokio::time::timeout(ABORTED_WITHIN, joined).await;
+            cancelled = self.workers.take_cancelled();
+            cancelled.extend(self.workers.in_progress());
         }
         let mut left: Vec<ObjectKey> = left.queued.into_iter().chain(left.waiting).collect();
         left.extend(self.workers.left_after_close());
@@ -183,6 +187,9 @@ impl<K: Object> ControllerHandle<K> {
         StopReport { left, cancelled }
     }
 }
+
+/// How long a stop waits for the reconciles it aborted to be dropped.
+const ABORTED_WITHIN: Duration = Duration::from_millis(200);
 
 impl<K: Object> Drop for ControllerHandle<K> {
     fn drop(&mut self) {

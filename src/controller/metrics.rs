@@ -97,6 +97,11 @@ impl ReconcileStats {
         self.with(|m| m.active += 1);
     }
 
+    /// A reconcile cancelled by a stop past its deadline.
+    pub(crate) fn aborted(&self) {
+        self.with(|m| m.active -= 1);
+    }
+
     pub(crate) fn ended(&self, how: Ended, took: Duration) {
         self.with(|m| {
             m.active -= 1;

@@ -393,6 +393,7 @@ impl<K: Object> Controller<K> {
             ownership: ownership.clone(),
             stats: ReconcileStats::new(&name, self.workers),
             in_progress: Mutex::new(HashSet::new()),
+            cancelled: Mutex::new(Vec::new()),
             closing: AtomicBool::new(false),
             left_after_close: Mutex::new(Vec::new()),
         });

@@ -65,10 +65,31 @@ pub(crate) struct Workers<K> {
     pub(crate) stats: ReconcileStats,
     /// Keys being reconciled now (what a stop past its deadline cancels).
     pub(crate) in_progress: Mutex<HashSet<ObjectKey>>,
+    /// Keys whose reconcile was dropped unfinished (a stop's abort).
+    pub(crate) cancelled: Mutex<Vec<ObjectKey>>,
     /// Set when a stop closes the queue: a requeue asked for after that is
     /// reported as left instead (the closed queue ignores it).
     pub(crate) closing: AtomicBool,
     pub(crate) left_after_close: Mutex<Vec<ObjectKey>>,
+}
+
+/// A reconcile under way. Dropped unfinished (its task aborted past a
+/// stop's deadline), it still leaves the in-progress set and the active
+/// gauge, which would otherwise count it for the controller's life.
+struct Running<'a, K> {
+    workers: &'a Workers<K>,
+    key: &'a ObjectKey,
+    ended: bool,
+}
+
+impl<K> Drop for Running<'_, K> {
+    fn drop(&mut self) {
+        lock(&self.workers.in_progress).remove(self.key);
+        if !self.ended {
+            self.workers.stats.aborted();
+            lock(&self.workers.cancelled).push(self.key.clone());
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -121,6 +142,11 @@ impl<K: Object> Workers<K> {
         lock(&self.in_progress).iter().cloned().collect()
     }
 
+    /// Keys whose reconcile was dropped unfinished, since the last call.
+    pub(crate) fn take_cancelled(&self) -> Vec<ObjectKey> {
+        std::mem::take(&mut *lock(&self.cancelled))
+    }
+
     /// Reconciles one key and answers how it ended; a panic, an error or a
     /// timeout is a failure (CTL-4).
     async fn reconcile_one(&self, ticket: Ticket<ObjectKey>) -> Outcome {
@@ -139,10 +165,16 @@ impl<K: Object> Workers<K> {
         };
         lock(&self.in_progress).insert(key.clone());
         self.stats.started();
+        let mut running = Running {
+            workers: self,
+            key: &key,
+            ended: false,
+        };
         let started = tokio::time::Instant::now();
         let (how, outcome) = self.call(request).await;
         self.stats.ended(how, started.elapsed());
-        lock(&self.in_progress).remove(&key);
+        running.ended = true;
+        drop(running);
         if let (Ended::Done | Ended::RequeueAfter, Some(state)) = (how, &last_known) {
             self.last_known.settled(&key, state);
         }
