@@ -213,7 +213,7 @@ where
                     Ok(true) => return self.watch(None).await,
                     // Cut short: what was restored stays, as a list's pages
                     // would, and the list below completes it.
-                    Ok(false) => {}
+                    Ok(false) => self.state.borrow_mut().restore_cut_short(),
                 }
             }
         }
@@ -296,6 +296,7 @@ where
                 let stats = &self.stats;
                 let sharing = &self.sharing;
                 let sink = &self.sink;
+                let state = &self.state;
                 // Shared page by page, and unchanged objects are the cached ones.
                 let cached = sharing.reusable();
                 // Each page but the last goes to the sink as soon as it is
@@ -313,6 +314,7 @@ where
                     |o| sharing.share_listed(o, cached.as_ref()),
                     async |page| {
                         let was_first = std::mem::replace(&mut first, false);
+                        state.borrow_mut().page_handed_on();
                         sink.list_page(page, was_first).await.is_ok()
                     },
                 )
@@ -432,10 +434,11 @@ where
 
     /// A streaming list (R-24 .. R-26), its initial events handed to the
     /// sink a page at a time (DF-9): a stream cut short before its
-    /// initial-events-end bookmark is requested again at once, identically,
+    /// initial-events-end bookmark is requested again at once (from `""` if
+    /// it handed pages on, R-12),
     /// up to [`CUT_SHORT_RETRIES`] times in a row. `None`: the sink closed.
     async fn streaming_list(&mut self) -> Result<Option<StreamedList<K>>, Failure> {
-        let req = self
+        let mut req = self
             .state
             .borrow_mut()
             .streaming_request(Self::now(), (self.jitter)());
@@ -446,6 +449,7 @@ where
             // pages of the one before.
             let mut first = true;
             let sink = &self.sink;
+            let state = &self.state;
             let initial = initial_events(
                 &mut self.source,
                 &req,
@@ -454,6 +458,7 @@ where
                 page,
                 async |objects| {
                     let was_first = std::mem::replace(&mut first, false);
+                    state.borrow_mut().page_handed_on();
                     sink.list_page(objects, was_first).await.is_ok()
                 },
             );
@@ -467,6 +472,7 @@ where
                 Initial::Stopped => return Ok(None),
                 Initial::CutShort if cut_short < CUT_SHORT_RETRIES => {
                     cut_short += 1;
+                    self.state.borrow_mut().streaming_retry(&mut req);
                     tracing::info!(
                         "streaming list closed before its initial-events-end bookmark; asking again"
                     );
@@ -715,7 +721,8 @@ mod tests {
     }
 
     /// A list that fails after handing out pages is void: the next list
-    /// starts with a first page, or is one whole `replace`.
+    /// starts with a first page, or is one whole `replace`; it asks for the
+    /// most recent state, never one older than the pages.
     #[tokio::test(start_paused = true)]
     async fn r_11_a_list_failing_after_its_first_page_is_void() {
         let mut d = Driven::new(ReflectorOptions::default());
@@ -728,6 +735,12 @@ mod tests {
         assert_eq!(d.sink.pages(), [(true, "[a@1 b@2]".to_owned())]);
         assert_eq!(d.sink.received(), ["replace 11 [b@3]"]);
         assert_eq!(d.stats.failures.load(Ordering::Relaxed), 1);
+        let log = d.source.log();
+        assert!(
+            matches!(&log[2].1, Request::Page(p) if p.version == ListVersion::MostRecent && p.continue_token.is_none()),
+            "{:?}",
+            log[2].1
+        );
     }
 
     /// a 410 inside the stream relists after a backoff at the last
@@ -966,26 +979,27 @@ mod tests {
         );
     }
 
-    /// R-26, bounded: a server that cuts every streaming list short gets
-    /// [`CUT_SHORT_RETRIES`] immediate retries, then a backoff and a failure.
+    /// R-26, bounded, and R-25: a server that cuts every streaming list short
+    /// gets [`CUT_SHORT_RETRIES`] immediate retries, then a failure, and that
+    /// attempt falls back to a plain list at once.
     #[tokio::test(start_paused = true)]
-    async fn r_26_repeated_cut_short_streaming_lists_back_off() {
+    async fn r_26_repeated_cut_short_streaming_lists_fall_back_to_a_list() {
         let mut d = Driven::new(streaming());
         for _ in 0..=CUT_SHORT_RETRIES {
             d.source
                 .watch(&[Step::Added("a", "5"), Step::Sleep(Duration::from_secs(1))]);
         }
-        d.source.watch(&[Step::Bookmark("7", true), Step::Hang]);
+        d.source.page("7", &[("a", "5")], None).watch(&[Step::Hang]);
         d.run_for(MINUTE).await;
         let asked = streaming_requests(&d);
-        assert_eq!(asked.len() as u32, CUT_SHORT_RETRIES + 2);
+        assert_eq!(asked.len() as u32, CUT_SHORT_RETRIES + 1);
         let waits: Vec<u128> = asked
             .windows(2)
             .map(|w| (w[1].0 - w[0].0).as_millis())
             .collect();
-        assert_eq!(waits, [1000, 1000, 1000, 1800]);
+        assert_eq!(waits, [1000, 1000, 1000]);
         assert_eq!(d.stats.failures.load(Ordering::Relaxed), 1);
-        assert_eq!(d.sink.received(), ["replace 7 []"]);
+        assert_eq!(d.sink.received(), ["replace 7 [a@5]"]);
     }
 
     fn streaming_in_pages_of(size: u32) -> ReflectorOptions {

@@ -145,7 +145,7 @@ async fn next_event<K: DeserializeOwned>(
                 )))
             }
             // An incomplete last line: the body was cut; resume like a clean close.
-            Err(e) if e.is_eof() => None,
+            Err(e) if e.is_eof() && cut => None,
             // The same, cut inside a multi-byte character.
             Err(_) if cut && std::str::from_utf8(line).is_err_and(|u| u.error_len().is_none()) => {
                 None
@@ -273,6 +273,22 @@ mod tests {
             "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"é".as_bytes(),
         );
         cut.pop();
+        assert_eq!(read_watch(&cut).await, (vec!["one".to_owned()], None));
+        cut.push(b'\n');
+        assert_eq!(
+            read_watch(&cut).await,
+            (vec!["one".to_owned()], Some(Failure::Malformed))
+        );
+    }
+
+    /// A body cut inside an event ends the watch like a clean close; the
+    /// same incomplete event followed by a newline is a whole line the
+    /// server sent broken: malformed, not a close to re-watch after.
+    #[tokio::test]
+    async fn an_incomplete_line_with_its_newline_is_malformed() {
+        let first = added(r#"{"metadata":{"name":"one","resourceVersion":"5"}}"#);
+        let mut cut = first.into_bytes();
+        cut.extend_from_slice(br#"{"type":"MODIFIED","object":{"metadata":{"name":"two""#);
         assert_eq!(read_watch(&cut).await, (vec!["one".to_owned()], None));
         cut.push(b'\n');
         assert_eq!(
