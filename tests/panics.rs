@@ -131,6 +131,38 @@ async fn panics_during_the_initial_list(mode: Mode) {
     informer.stop().await;
 }
 
+/// SI-T21: a subscriber that panics on its last initial add (here the
+/// only one) never syncs its handle, though its failed call counts as
+/// handled for the informer's own sync: its wait answers `SubscriberGone`.
+#[actix::test]
+async fn a_subscriber_panicking_on_its_last_initial_add_never_syncs() {
+    for batched in [false, true] {
+        let server = server(10_000);
+        server.seed_configmaps("default", 1).unwrap();
+        let informer = informer(&server).start().unwrap();
+        informer.wait_for_sync(SYNC).await.unwrap();
+        let panicky = Panicky { seen: 0, at: 1 }.start();
+        let options = SubscribeOptions::default();
+        let doomed = if batched {
+            informer
+                .subscribe_batches(panicky.recipient(), options)
+                .await
+        } else {
+            informer.subscribe(panicky.recipient(), options).await
+        }
+        .unwrap();
+        let gone = tokio::time::timeout(Duration::from_secs(5), doomed.wait_for_sync(SYNC))
+            .await
+            .unwrap_or_else(|_| panic!("batched {batched}: wait_for_sync hung"));
+        assert!(
+            matches!(gone, Err(InformerError::SubscriberGone)),
+            "batched {batched}: {gone:?}"
+        );
+        assert!(!doomed.has_synced(), "batched {batched}");
+        informer.stop().await;
+    }
+}
+
 #[actix::test]
 async fn a_subscriber_panicking_during_the_initial_list_does_not_block_sync() {
     panics_during_the_initial_list(Mode::Each).await;

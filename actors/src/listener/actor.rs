@@ -92,8 +92,7 @@ impl<K: Send + Sync + 'static> Listener<K> {
     /// Publishes the room, the counters and the sync state.
     fn publish(&self) {
         self.credit.set_room(self.delivery.room());
-        self.stats.publish(&self.delivery);
-        self.synced.set(self.delivery.has_synced());
+        self.stats.publish(&self.delivery, &self.synced);
     }
 
     /// Sends handler calls while the window has room and anything is pending.

@@ -30,14 +30,16 @@ pub struct ListenerStats {
 }
 
 impl ListenerStats {
-    /// What `delivery` has pending, in flight and merged away.
-    pub(super) fn publish<K, R>(&self, delivery: &Delivery<K, R>) {
+    /// What `delivery` has pending, in flight and merged away, and whether
+    /// it synced on `synced`: never, for a subscriber gone before (SI-T21).
+    pub(super) fn publish<K, R>(&self, delivery: &Delivery<K, R>, synced: &SyncedChannel) {
         self.pending
             .store(delivery.pending_len(), Ordering::Relaxed);
         self.in_flight
             .store(delivery.in_flight_events(), Ordering::Relaxed);
         self.coalesced
             .store(delivery.coalesced(), Ordering::Relaxed);
+        synced.set_unless_gone(delivery.has_synced(), self.gone.load(Ordering::Relaxed));
     }
 
     /// A handler call returned: the subscriber handled what it carried.
@@ -65,10 +67,11 @@ impl SyncedChannel {
         SyncedChannel { tx, sent }
     }
 
-    /// Reports `synced` unless it was reported already.
+    /// Reports `synced` unless it was reported already; once the subscriber
+    /// is `gone`, a handle not synced yet never turns synced.
     #[inline]
-    pub(super) fn set(&self, synced: bool) {
-        if self.sent.get() != synced {
+    fn set_unless_gone(&self, synced: bool, gone: bool) {
+        if self.sent.get() != synced && !(synced && gone) {
             self.tx.send_replace(synced);
             self.sent.set(synced);
         }
