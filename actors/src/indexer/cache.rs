@@ -1608,6 +1608,28 @@ mod behind_tests {
         assert!(stats.bytes > 0, "the compactor thread still runs");
     }
 
+    /// A decoder that panics reads as an undecodable entry: absent, counted,
+    /// never a panic of the reader.
+    #[test]
+    fn a_panicking_decoder_reads_as_an_undecodable_entry() {
+        let codec = Codec::new(
+            CompactOptions::new().without_dictionary().recent(0),
+            |o: &ConfigMap| serde_json::to_vec(o).map_err(|e| e.to_string()),
+            |b| match serde_json::from_slice::<ConfigMap>(b) {
+                Ok(o) if o.metadata.name.as_deref() == Some("panicky") => panic!("decoder bug"),
+                other => other.map_err(|e| e.to_string()),
+            },
+        );
+        let mut c = Cache::compact(codec).unwrap();
+        put(&mut c, "panicky", "v");
+        put(&mut c, "fine", "w");
+        c.settle();
+        assert_eq!(c.compact_stats().unwrap().fresh, 0, "both compressed");
+        assert!(c.get("panicky").is_none());
+        assert_eq!(val(&c.get("fine").unwrap()), "w");
+        assert!(c.compact_stats().unwrap().decode_errors >= 1);
+    }
+
     #[test]
     fn decoded_objects_held_stay_bounded_without_publishing() {
         // A slow encoder: without the back-pressure, jobs would pile up.

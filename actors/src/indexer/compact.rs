@@ -202,7 +202,17 @@ impl<K> Codec<K> {
         }
         JSON.with_borrow_mut(|json| {
             entry.data.decompress_into(json)?;
-            let decoded = (self.decode)(json).map_err(CompactError::Decode);
+            // A decoder that panics (a user's codec, a `Deserialize` impl)
+            // reads as an undecodable entry, as the encoder's panics do.
+            let decode = self.decode;
+            let decoded = std::panic::catch_unwind(|| decode(json))
+                .unwrap_or_else(|panic| {
+                    Err(format!(
+                        "the decoder panicked: {}",
+                        crate::panic::panic_message(panic.as_ref())
+                    ))
+                })
+                .map_err(CompactError::Decode);
             if json.capacity() > KEEP_JSON_BUFFER {
                 *json = Vec::new();
             }
