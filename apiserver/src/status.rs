@@ -162,6 +162,19 @@ impl ApiError {
         .with_details(details(group, plural, name))
     }
 
+    /// The conflict of an update whose body names another uid than the
+    /// stored object's (the body's uid is a precondition).
+    pub fn uid_conflict(group: &str, plural: &str, name: &str, given: &str, stored: &str) -> Self {
+        Self::new(
+            Reason::Conflict,
+            format!(
+                "Operation cannot be fulfilled on {} \"{name}\": Precondition failed: UID in precondition: {given}, UID in object meta: {stored}",
+                qualified(group, plural)
+            ),
+        )
+        .with_details(details(group, plural, name))
+    }
+
     /// 422 Invalid with one field cause.
     pub fn invalid(kind: &str, name: &str, field: &str, cause_reason: &str, detail: &str) -> Self {
         Self::new(

@@ -262,6 +262,12 @@ impl Store {
         if rt.custom && self.crd_terminating(&inner, res) {
             return Err(terminating(&rt));
         }
+        // As the real server's storage: a create names no version ("0" is none).
+        if object::resource_version_of(&body)?.is_some_and(|v| v != 0) {
+            return Err(ApiError::internal(
+                "resourceVersion should not be set on objects to be created",
+            ));
+        }
         let rv = inner.rv + 1;
         object::stamp_new(&rt, &mut body, rv);
         let mut conflict = None;
@@ -360,11 +366,44 @@ impl Store {
                 ));
             }
         };
+        // As the real server: a custom resource is never updated without a
+        // resourceVersion; a built-in one is, and "0" means none.
+        if object::resource_version_of(&body)?.is_none_or(|v| v == 0) {
+            if rt.custom {
+                return Err(ApiError::invalid(
+                    &rt.kind,
+                    &name,
+                    "metadata.resourceVersion",
+                    "FieldValueInvalid",
+                    "Invalid value: 0x0: must be specified for an update",
+                ));
+            }
+            if let Some(meta) = body.get_mut("metadata").and_then(Value::as_object_mut) {
+                meta.remove("resourceVersion");
+            }
+        }
+        // The body's uid, if any, is a precondition: never another object's.
+        let uid_of = |v: &Value| {
+            v.pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .filter(|u| !u.is_empty())
+                .map(str::to_owned)
+        };
+        let given_uid = uid_of(&body);
         let key = ObjKey::new(&ns, &name);
         // The body is at the storage version now: the function sees it as the request did.
         let version = version_of(&rt, opts).to_string();
         let body = at_version(body, &rt, &version);
-        self.modify_with(res, &key, opts, |_| Ok(body))
+        self.modify_with(res, &key, opts, |current| {
+            if let (Some(given), Some(stored)) = (&given_uid, uid_of(&current))
+                && *given != stored
+            {
+                return Err(ApiError::uid_conflict(
+                    &rt.group, &rt.plural, &name, given, &stored,
+                ));
+            }
+            Ok(body)
+        })
     }
 
     /// Read-modify-write under the store lock (patches use it): `f` gets the current object

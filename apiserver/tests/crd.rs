@@ -337,3 +337,37 @@ async fn a_cluster_scoped_crd_and_a_name_conflict() {
         200
     );
 }
+
+/// As the real server: a custom resource is never updated without a
+/// resourceVersion (422), where a built-in one is (unconditional, "0" too).
+#[tokio::test]
+async fn a_custom_resource_update_needs_a_resource_version() {
+    let server = start().await;
+    let url = server.url();
+    server.create_crd(gadget_crd()).unwrap();
+    let base = format!("{url}/apis/example.org/v1/namespaces/default/gadgets");
+    assert_eq!(post_json(&base, &gadget("g", 1)).await.status, 201);
+    for rv in [None, Some("0")] {
+        let mut body = gadget("g", 2);
+        if let Some(rv) = rv {
+            body["metadata"]["resourceVersion"] = json!(rv);
+        }
+        let a = put_json(&format!("{base}/g"), &body).await;
+        assert_eq!(a.status, 422, "{rv:?}: {}", a.json());
+        let message = a.json()["message"].as_str().unwrap_or_default().to_owned();
+        assert!(
+            message.contains("must be specified for an update"),
+            "{message}"
+        );
+    }
+    let cms = format!("{url}/api/v1/namespaces/default/configmaps");
+    let cm = json!({"metadata": {"name": "c"}, "data": {"a": "1"}});
+    assert_eq!(post_json(&cms, &cm).await.status, 201);
+    let mut zero = json!({"metadata": {"name": "c", "resourceVersion": "0"}, "data": {"a": "2"}});
+    assert_eq!(put_json(&format!("{cms}/c"), &zero).await.status, 200);
+    zero["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("resourceVersion");
+    assert_eq!(put_json(&format!("{cms}/c"), &zero).await.status, 200);
+}

@@ -527,3 +527,49 @@ async fn discovery_documents() {
     assert_eq!(w["resources"][0]["kind"], "Widget");
     assert_eq!(get(&format!("{u}/openapi/v3")).await.status, 200);
 }
+
+/// As the real server: a create naming a resourceVersion is refused (500,
+/// from storage), and an update whose body names another object's uid (the
+/// one deleted and created again under its name) is a 409 precondition.
+#[tokio::test]
+async fn a_create_with_a_version_and_an_update_of_another_uid_are_refused() {
+    let server = start().await;
+    let url = format!("{}/api/v1/namespaces/default/configmaps", server.url());
+    let mut stale = json!({"metadata": {"name": "a", "resourceVersion": "7"}, "data": {"k": "v"}});
+    let s = assert_status(&post_json(&url, &stale).await, 500, "InternalError");
+    assert!(
+        s["message"]
+            .as_str()
+            .unwrap()
+            .contains("resourceVersion should not be set"),
+        "{s}"
+    );
+    stale["metadata"]["resourceVersion"] = json!("0");
+    let first = post_json(&url, &stale).await;
+    assert_eq!(first.status, 201, "\"0\" is no version");
+    let old_uid = first.json()["metadata"]["uid"].clone();
+    assert_eq!(
+        request("DELETE", &format!("{url}/a"), None, Bytes::new())
+            .await
+            .status,
+        200
+    );
+    let again = post_json(&url, &json!({"metadata": {"name": "a"}})).await;
+    assert_eq!(again.status, 201);
+    let new_uid = again.json()["metadata"]["uid"].clone();
+    let cached = json!({"metadata": {"name": "a", "uid": old_uid}, "data": {"k": "overwrite"}});
+    let s = assert_status(
+        &put_json(&format!("{url}/a"), &cached).await,
+        409,
+        "Conflict",
+    );
+    assert!(
+        s["message"]
+            .as_str()
+            .unwrap()
+            .contains("Precondition failed: UID"),
+        "{s}"
+    );
+    let ok = json!({"metadata": {"name": "a", "uid": new_uid}, "data": {"k": "fine"}});
+    assert_eq!(put_json(&format!("{url}/a"), &ok).await.status, 200);
+}
