@@ -351,6 +351,21 @@ async fn a_snapshot_damaged_partway_is_completed_by_a_list_and_written_whole() {
     let stats = informer.stats();
     assert_eq!((stats.warm_start, stats.lists), (WarmStart::Cold, 1));
     assert_eq!(lists_since(&server, mark), 3, "one list of three pages");
+    // The list completing restored pages asks for the most recent state
+    // resourceVersion "" (a consistent read), never "0" (any age).
+    let first_list = server
+        .requests()
+        .since(mark)
+        .into_iter()
+        .find(|r| r.verb == "list")
+        .unwrap();
+    let query = first_list.query.unwrap_or_default();
+    assert!(
+        !query
+            .split('&')
+            .any(|p| p.starts_with("resourceVersion=") && p != "resourceVersion="),
+        "{query}"
+    );
     let restored = count_cause(&log, Cause::Restored);
     assert!(
         (512..1100).contains(&restored),

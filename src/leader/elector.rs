@@ -32,7 +32,7 @@ impl LeaderElectorBuilder {
     /// This elector's identity, written as the Lease's `holderIdentity`.
     /// It must be unique among the running candidates (an elector takes a
     /// Lease naming its own identity back at once). Default: `POD_NAME`,
-    /// else the host name (a pod's name, in a pod).
+    /// else the host name with a random suffix.
     pub fn identity(mut self, identity: impl Into<String>) -> Self {
         self.identity = Some(identity.into());
         self
@@ -77,7 +77,7 @@ impl LeaderElectorBuilder {
         }
         let identity = match self.identity {
             Some(identity) => identity,
-            None => default_identity()?,
+            None => elector_identity()?,
         };
         if identity.is_empty() {
             return Err(LeaderError::Empty { what: "identity" });
@@ -125,22 +125,31 @@ impl LeaderElectorBuilder {
 }
 
 /// The identity used when none is given: `POD_NAME` (set it from the
-/// downward API's `metadata.name`), else the host name with a random
-/// suffix, as client-go's examples do. The host name alone is not unique
-/// (pods on the host network, pods sharing a `hostname`, two processes on
-/// one machine), and two electors of one identity would both lead.
+/// downward API's `metadata.name`), else the host name (a pod's name, in a
+/// pod). Shard members name their Lease after it, so it stays a valid name.
 pub fn default_identity() -> Result<String, LeaderError> {
     if let Ok(name) = std::env::var("POD_NAME")
         && !name.is_empty()
     {
         return Ok(name);
     }
-    let host = hostname::get()
+    hostname::get()
         .ok()
         .and_then(|h| h.into_string().ok())
         .filter(|h| !h.is_empty())
-        .ok_or(LeaderError::NoIdentity)?;
-    Ok(format!("{host}_{}", uuid::Uuid::new_v4()))
+        .ok_or(LeaderError::NoIdentity)
+}
+
+/// An elector's identity when none is given: `POD_NAME`, else the host name
+/// with a random suffix, as client-go's examples do. The host name alone is
+/// not unique (pods on the host network, two processes on one machine), and
+/// two electors of one identity would both lead. `holderIdentity` is free
+/// text, so the suffix needs no name rules.
+fn elector_identity() -> Result<String, LeaderError> {
+    if std::env::var("POD_NAME").is_ok_and(|n| !n.is_empty()) {
+        return default_identity();
+    }
+    Ok(format!("{}_{}", default_identity()?, uuid::Uuid::new_v4()))
 }
 
 /// A running leader election over one Lease: a tokio task that tries,

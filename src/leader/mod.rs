@@ -14,7 +14,7 @@
 //! # async fn run() -> anyhow::Result<()> {
 //! let client = kube::Client::try_default().await?;
 //! let elector = LeaderElector::builder(kube::Api::<Lease>::namespaced(client, "default"), "my-controller")
-//!     .start()?; // identity: POD_NAME, else the host name
+//!     .start()?; // identity: POD_NAME, else the host name + a random suffix
 //! let mut leading = elector.leadership();
 //! leading.wait_for(|l| *l).await?;
 //! // ... work while `*leading.borrow()`; stop when it turns false ...

@@ -317,7 +317,7 @@ pub struct LeaderElectionSettings {
     pub lease_name: String,
     /// The Lease's namespace.
     pub namespace: String,
-    /// This replica's identity (default: `POD_NAME`, else the host name).
+    /// This replica's identity (default: `POD_NAME`, else the host name with a random suffix).
     pub identity: Option<String>,
     /// How long others wait after the last renew they saw (whole seconds).
     #[serde(with = "humantime_serde")]

@@ -192,7 +192,8 @@ async fn start_all(loaded: &Loaded) -> anyhow::Result<Started> {
             settings.engine.read_timeout,
             async { Ok(kinformer::cluster_identity(&client).await) },
         )
-        .await?;
+        .await
+        .and_then(|read| Ok(read?));
         match read {
             Ok(id) => format!("{} {id}", cluster.config.cluster_url),
             Err(e) => {

@@ -302,6 +302,7 @@ impl Shell {
             match result {
                 Ok(lease) => Written::Stored(Box::new(lease)),
                 Err(kube::Error::Api(status)) if status.code == 409 => Written::Conflict,
+                Err(kube::Error::Api(status)) if status.code == 404 => Written::Missing,
                 Err(e) => {
                     tracing::warn!(error = %e, "writing the shard Lease failed");
                     Written::Failed
@@ -342,6 +343,8 @@ impl Shell {
                     tracing::info!("left the shard group (Lease released)");
                     return Finished::Released;
                 }
+                // Deleted: nothing of ours to release.
+                Ok(Written::Missing) => return Finished::NotHolding,
                 Ok(Written::Conflict) => {
                     let sent = now();
                     match tokio::time::timeout(timeout, self.list()).await {

@@ -61,6 +61,8 @@ pub enum Written {
     Stored(Box<Lease>),
     /// 409: our copy was stale (or a create found it); the next list reads it.
     Conflict,
+    /// 404 to an update: our Lease was deleted; the next round creates it.
+    Missing,
     /// Anything else (a timeout included: the write may or may not be stored).
     Failed,
 }
@@ -258,6 +260,8 @@ impl Membership {
                 }
             }
             Written::Conflict => {}
+            // Not stored: the view is not uncertain, and our copy is void.
+            Written::Missing => self.own = None,
             Written::Failed => {
                 if !self.uncertain.contains(&view) {
                     self.uncertain.push(view);

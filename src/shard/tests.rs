@@ -51,7 +51,8 @@ impl Server {
         };
         let name = lease.metadata.name.clone().unwrap();
         match (self.leases.get(&name), create) {
-            (Some(_), true) | (None, false) => return Written::Conflict,
+            (Some(_), true) => return Written::Conflict,
+            (None, false) => return Written::Missing,
             (Some(current), false)
                 if current.metadata.resource_version != lease.metadata.resource_version =>
             {
@@ -428,16 +429,28 @@ fn sh_2_a_member_whose_lists_fail_keeps_its_view() {
 
 /// A member's Lease deleted under it: the others count it until its Lease
 /// would have expired (it owns its keys until its renew deadline), so no key
-/// has two owners; it creates its Lease again and the group settles.
+/// has two owners; it creates its Lease again and the group settles, also
+/// when its writes failed past the renew deadline meanwhile (its claims
+/// forgotten, only the 404 to its update tells it).
 #[test]
 fn sh_5_a_deleted_lease_is_counted_until_it_expires_and_created_again() {
     for seed in 0..12 {
-        let mut sim = Sim::new(&["a", "b", "c"], seed);
-        sim.run_until_settled(Duration::from_secs(3));
-        sim.server.leases.remove("g-c");
-        sim.run(3);
-        sim.run_until_settled(Duration::from_secs(4));
-        assert!(sim.server.leases.contains_key("g-c"), "seed {seed}");
+        for outage in [false, true] {
+            let mut sim = Sim::new(&["a", "b", "c"], seed);
+            sim.run_until_settled(Duration::from_secs(3));
+            sim.server.leases.remove("g-c");
+            if outage {
+                sim.members[2].dead = true;
+                sim.run(60);
+                sim.members[2].dead = false;
+            }
+            sim.run(3);
+            sim.run_until_settled(Duration::from_secs(4));
+            assert!(
+                sim.server.leases.contains_key("g-c"),
+                "seed {seed}, outage {outage}"
+            );
+        }
     }
 }
 

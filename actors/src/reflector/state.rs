@@ -337,7 +337,7 @@ impl ReflectorState {
             Failure::TooManyRequests { .. } | Failure::ConnectionRefused => {
                 Next::ListAfter(self.delay(failure, now, jitter))
             }
-            _ if streaming => {
+            _ if streaming && !failure.unreachable() => {
                 tracing::info!(?failure, "streaming list failed; listing instead");
                 self.plain_list_once = true;
                 Next::List
