@@ -213,7 +213,7 @@ where
                     Ok(true) => return self.watch(None).await,
                     // Cut short: what was restored stays, as a list's pages
                     // would, and the list below completes it.
-                    Ok(false) => self.state.borrow_mut().restore_cut_short(),
+                    Ok(false) => self.state.borrow_mut().failed_after_pages(),
                 }
             }
         }
@@ -284,19 +284,23 @@ where
             self.stats.lists.fetch_add(1, Ordering::Relaxed);
             let skipped_before = self.stats.transform_panics.load(Ordering::Relaxed);
             let mut handed_over = None;
+            // A page of this list went to the sink (R-12 if it fails).
+            let mut handed = false;
             let outcome = if req.streaming {
-                self.streaming_list().await.map(|listed| match listed {
-                    Some((items, rv, stream, handed_out)) => {
-                        handed_over = Some(stream);
-                        (items, rv, false, handed_out > 0, false)
-                    }
-                    None => (Vec::new(), String::new(), false, false, true),
-                })
+                self.streaming_list(&mut handed)
+                    .await
+                    .map(|listed| match listed {
+                        Some((items, rv, stream, handed_out)) => {
+                            handed_over = Some(stream);
+                            (items, rv, false, handed_out > 0, false)
+                        }
+                        None => (Vec::new(), String::new(), false, false, true),
+                    })
             } else {
                 let stats = &self.stats;
                 let sharing = &self.sharing;
                 let sink = &self.sink;
-                let state = &self.state;
+                let handed = &mut handed;
                 // Shared page by page, and unchanged objects are the cached ones.
                 let cached = sharing.reusable();
                 // Each page but the last goes to the sink as soon as it is
@@ -314,7 +318,7 @@ where
                     |o| sharing.share_listed(o, cached.as_ref()),
                     async |page| {
                         let was_first = std::mem::replace(&mut first, false);
-                        state.borrow_mut().page_handed_on();
+                        *handed = true;
                         sink.list_page(page, was_first).await.is_ok()
                     },
                 )
@@ -364,6 +368,9 @@ where
                         Self::now(),
                         (self.jitter)(),
                     );
+                    if handed {
+                        self.state.borrow_mut().failed_after_pages();
+                    }
                     self.log_failure(&failure, &next);
                     match next {
                         Next::List => continue,
@@ -437,7 +444,10 @@ where
     /// initial-events-end bookmark is requested again at once (from `""` if
     /// it handed pages on, R-12),
     /// up to [`CUT_SHORT_RETRIES`] times in a row. `None`: the sink closed.
-    async fn streaming_list(&mut self) -> Result<Option<StreamedList<K>>, Failure> {
+    async fn streaming_list(
+        &mut self,
+        handed: &mut bool,
+    ) -> Result<Option<StreamedList<K>>, Failure> {
         let mut req = self
             .state
             .borrow_mut()
@@ -449,7 +459,7 @@ where
             // pages of the one before.
             let mut first = true;
             let sink = &self.sink;
-            let state = &self.state;
+            let handed = &mut *handed;
             let initial = initial_events(
                 &mut self.source,
                 &req,
@@ -458,7 +468,7 @@ where
                 page,
                 async |objects| {
                     let was_first = std::mem::replace(&mut first, false);
-                    state.borrow_mut().page_handed_on();
+                    *handed = true;
                     sink.list_page(objects, was_first).await.is_ok()
                 },
             );
@@ -472,7 +482,10 @@ where
                 Initial::Stopped => return Ok(None),
                 Initial::CutShort if cut_short < CUT_SHORT_RETRIES => {
                     cut_short += 1;
-                    self.state.borrow_mut().streaming_retry(&mut req);
+                    // After pages, from "", never an older state.
+                    if *handed {
+                        req.resource_version.clear();
+                    }
                     tracing::info!(
                         "streaming list closed before its initial-events-end bookmark; asking again"
                     );

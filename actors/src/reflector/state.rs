@@ -162,8 +162,6 @@ pub struct ReflectorState {
     min_watch_timeout: Duration,
     last_sync_rv: String,
     rv_unavailable: bool,
-    /// Pages of the list under way were handed on.
-    partial_list: bool,
     /// The next list is a plain one: the streaming list failed.
     plain_list_once: bool,
     paginated_result: bool,
@@ -191,7 +189,6 @@ impl ReflectorState {
             min_watch_timeout: options.min_watch_timeout.max(MIN_WATCH_TIMEOUT_FLOOR),
             last_sync_rv: String::new(),
             rv_unavailable: false,
-            partial_list: false,
             plain_list_once: false,
             paginated_result: false,
             watch_started: None,
@@ -279,24 +276,16 @@ impl ReflectorState {
         }
     }
 
-    /// A page of the list under way (or of a snapshot) was handed on. If
-    /// the list fails, the next asks for the most recent state: one
-    /// older than the pages would take their objects back in time and
-    /// tombstone those created since.
-    pub fn page_handed_on(&mut self) {
-        self.partial_list = true;
-    }
-
-    /// A restore stopped after handing on pages of a snapshot: the list
-    /// that completes them asks for the most recent state.
-    pub fn restore_cut_short(&mut self) {
-        self.partial_list = false;
+    /// A list (or a restore) failed after handing pages on: the next list
+    /// asks for the most recent state. One older than the pages
+    /// would take their objects back in time and tombstone those created
+    /// since.
+    pub fn failed_after_pages(&mut self) {
         self.rv_unavailable = true;
     }
 
     /// A list (or streaming list) succeeded with this resourceVersion.
     pub fn list_succeeded(&mut self, resource_version: &str, paginated: bool) {
-        self.partial_list = false;
         self.plain_list_once = false;
         if paginated && self.list_request().version == ListVersion::Any {
             self.paginated_result = true;
@@ -321,7 +310,7 @@ impl ReflectorState {
     ) -> Next {
         self.outage.failed(failure, now);
         self.plain_list_once = false;
-        let next = match failure {
+        match failure {
             // Retry at once with ""; if "" itself failed, back off.
             Failure::Expired | Failure::TooLargeResourceVersion if !self.rv_unavailable => {
                 self.rv_unavailable = true;
@@ -343,19 +332,6 @@ impl ReflectorState {
                 Next::List
             }
             _ => Next::ListAfter(self.delay(failure, now, jitter)),
-        };
-        // Pages were handed on: the next list must not be older.
-        if std::mem::take(&mut self.partial_list) {
-            self.rv_unavailable = true;
-        }
-        next
-    }
-
-    /// A streaming list was cut short before its end and is asked for again:
-    /// from `""` if it handed pages on.
-    pub fn streaming_retry(&mut self, req: &mut WatchRequest) {
-        if self.partial_list {
-            req.resource_version.clear();
         }
     }
 
