@@ -798,12 +798,12 @@ impl Store {
         if let Some(uid) = &pre.uid
             && *uid != existing.uid
         {
-            return Err(ApiError::new(
-                Reason::Conflict,
-                format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                    existing.uid
-                ),
+            return Err(ApiError::uid_conflict(
+                &rt.group,
+                &rt.plural,
+                &key.name,
+                uid,
+                &existing.uid,
             ));
         }
         if let Some(rv) = pre.resource_version
