@@ -5,9 +5,8 @@
 //! values, which a dictionary captures and a single object is too small to
 //! show a compressor. On the benchmark's objects (BENCHMARKS.md, "Warm
 //! restart") a ConfigMap's 1.65 KB of JSON is stored in about 134 B and a
-//! Pod's 7 KB in about 234 B, so a restore reads a tenth of the file, redb's
-//! repair after a crash checks a tenth of the pages, and steady writes send
-//! a tenth of the bytes to storage; decompressing costs about 1.5 µs per
+//! Pod's 7 KB in about 234 B, so a restore reads a tenth of the file and
+//! steady writes send a tenth of the bytes to storage; decompressing costs about 1.5 µs per
 //! object, on the decoding threads.
 //!
 //! Each stored value starts with a byte saying how the rest is encoded, so

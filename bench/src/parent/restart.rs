@@ -347,7 +347,8 @@ fn section(
              (b) starts after one object in 100 changed and the history was compacted; (c) and kube-runtime list. List requests: \
              counted by the server. Writer: bytes handed to the database (each object's JSON, compressed) and the JSON they \
              hold, and the writer's wall time, per object written, over the child's life. The children exit without closing \
-             the file (as a crash would), so each start after the first also repairs it. Steady state: a persisting kinformer \
+             the file (as a crash would), so each start after the first opens a file left open (the writer's commits \
+             keep redb's quick-repair state, so no page is checked). Steady state: a persisting kinformer \
              while the churn ConfigMaps are updated at the scale's rate; per write: the writer's commits and objects written (it \
              coalesces), the bytes it handed to the database, the bytes the process had written to storage (`write_bytes` of /proc/self/io), the writer thread's CPU (/proc/self/task), from \
              the start of the writing until the snapshot caught up after it."
