@@ -1,4 +1,4 @@
-//! Sharded controllers against the embedded API server (SH-1..SH-8,
+//! Sharded controllers against the embedded API server (SH-1..SH-9,
 //! CTL-10..CTL-12): replicas in one process, each with its own informer,
 //! shard member and controller, through an abandon (a crash: 3 → 2), a
 //! scale-up (2 → 4) and a graceful leave; and replica processes (this test
@@ -6,7 +6,7 @@
 //! change every key is reconciled by exactly one replica, its rendezvous
 //! owner, and no key is ever reconciled by two at once. `shard_key` lands
 //! dependents with their owner. Shard Lease timings are short (1 s, 0.6 s,
-//! 0.2 s).
+//! 0.2 s). Departed members' Leases are deleted (SH-9).
 
 mod common;
 #[path = "support/replicas.rs"]
@@ -233,6 +233,23 @@ async fn sh_5_every_key_reconciled_by_exactly_one_replica_through_a_kill_and_a_s
     let rvs = bump(&server, "v4");
     each_change_reconciled_once(&calls, &rvs, &["r1", "r3", "r4"]).await;
     calls.assert_never_concurrent();
+
+    // SH-9: the Leases of the crashed r2 and of r0, which left, are deleted
+    // by the live members once unchanged for the retention.
+    let leases = || -> Vec<String> {
+        let mut names: Vec<String> = server
+            .list("coordination.k8s.io", "leases", Some("default"))
+            .iter()
+            .filter_map(|l| l["metadata"]["name"].as_str().map(str::to_owned))
+            .collect();
+        names.sort();
+        names
+    };
+    eventually(WAIT, "the departed members' Leases deleted", || {
+        leases() == ["mirror-r1", "mirror-r3", "mirror-r4"]
+    })
+    .await;
+    settled(&replicas, &["r1", "r3", "r4"]).await;
 
     for mut r in replicas {
         r.controller.stop(Duration::from_secs(5)).await;

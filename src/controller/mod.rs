@@ -275,7 +275,7 @@ impl<K: Object> Controller<K> {
     }
 
     /// Reconcile only the keys `member`'s shard assignment gives this
-    /// replica (CTL-10..CTL-12, SH-1..SH-8): every replica's informers run
+    /// replica (CTL-10..CTL-12, SH-1..SH-9): every replica's informers run
     /// and sync; a key is taken only while it is ours, its reconcile is
     /// cancelled at once when it is handed over, and the keys gained on a
     /// membership change are all queued once. Keys are sharded by

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
-use kube::api::{ListParams, PostParams};
+use kube::api::{DeleteParams, ListParams, PostParams, Preconditions};
 use tokio::sync::{oneshot, watch};
 use tracing::Instrument;
 
@@ -77,6 +77,7 @@ impl ShardMemberBuilder {
             api: self.api,
             group: self.group.clone(),
             timings: self.timings,
+            collect: true,
             outputs: Outputs {
                 assignment: assignment_tx,
                 members: members_tx,
@@ -96,7 +97,7 @@ impl ShardMemberBuilder {
 
 /// One member of a shard group: holds the shard Lease `<group>-<identity>`
 /// (its heartbeat), sees the other members' Leases, and publishes which
-/// keys it may reconcile now ([`Assignment`]; rules SH-1..SH-8). Run a
+/// keys it may reconcile now ([`Assignment`]; rules SH-1..SH-9). Run a
 /// controller on it with
 /// [`Controller::sharded`](crate::controller::Controller::sharded).
 ///
@@ -199,6 +200,9 @@ struct Shell {
     api: Api<Lease>,
     group: String,
     timings: ElectionTimings,
+    /// Whether departed members' Leases are deleted (SH-9): off once the
+    /// server forbade it (no `delete` on Leases granted).
+    collect: bool,
     outputs: Outputs,
 }
 
@@ -251,6 +255,18 @@ impl Shell {
             self.membership.written(now(), written);
         }
         self.publish();
+        if self.collect {
+            for (name, resource_version) in self.membership.departed(now()) {
+                match self.wait(self.delete(name, resource_version), stop).await {
+                    Waited::Stop(mode) => return Some(mode),
+                    Waited::Answered(Deleted::Forbidden) => {
+                        self.collect = false;
+                        break;
+                    }
+                    Waited::Answered(Deleted::Done) => {}
+                }
+            }
+        }
         None
     }
 
@@ -308,6 +324,42 @@ impl Shell {
                     Written::Failed
                 }
             }
+        }
+    }
+
+    /// Deletes a departed member's Lease, conditional on the
+    /// resourceVersion it was last seen at: if its member came back and
+    /// renewed it meanwhile, the delete fails (409) and the Lease stays.
+    fn delete(
+        &self,
+        name: String,
+        resource_version: String,
+    ) -> impl Future<Output = Deleted> + 'static {
+        let api = self.api.clone();
+        async move {
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    resource_version: Some(resource_version),
+                    uid: None,
+                }),
+                ..DeleteParams::default()
+            };
+            match api.delete(&name, &params).await {
+                Ok(_) => tracing::info!(lease = %name, "deleted a departed member's shard Lease"),
+                // Gone already (another member deleted it), or renewed since.
+                Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
+                Err(kube::Error::Api(status)) if status.code == 403 => {
+                    tracing::warn!(
+                        lease = %name,
+                        "not allowed to delete shard Leases: departed members' Leases stay (grant `delete` on leases)"
+                    );
+                    return Deleted::Forbidden;
+                }
+                Err(e) => {
+                    tracing::debug!(lease = %name, error = %e, "deleting a departed member's shard Lease failed")
+                }
+            }
+            Deleted::Done
         }
     }
 
@@ -378,6 +430,20 @@ impl Shell {
 
 /// A request that did not answer in time.
 struct Timeout;
+
+/// How a delete of a departed member's Lease ended.
+enum Deleted {
+    /// Deleted, or not needed any more, or failed (tried again later).
+    Done,
+    /// 403: this member may not delete Leases.
+    Forbidden,
+}
+
+impl From<Timeout> for Deleted {
+    fn from(_: Timeout) -> Self {
+        Deleted::Done
+    }
+}
 
 /// A list's answer.
 struct Listed(Result<Vec<Lease>, String>);

@@ -1,5 +1,5 @@
 //! The rules of shard membership as a pure state machine, time passed in
-//! (SH-2..SH-8): which members are live, which view of them this member
+//! (SH-2..SH-9): which members are live, which view of them this member
 //! publishes in its shard Lease, and which keys it may reconcile now.
 //!
 //! One round of the shell (`member.rs`), every retry period: list the
@@ -24,6 +24,11 @@ pub const GROUP_LABEL: &str = "kinformer.io/shard-group";
 /// The annotation holding the view a member acts on: the identities of the
 /// members it counts as live, sorted, comma-separated.
 pub const VIEW_ANNOTATION: &str = "kinformer.io/shard-view";
+
+/// How many lease durations a shard Lease stays unchanged (by this
+/// member's observation) and no longer counted before the live members
+/// delete it (SH-9).
+pub const RETENTION_LEASES: u32 = 4;
 
 /// Another member's Lease, as last observed.
 #[derive(Debug, Clone)]
@@ -98,6 +103,9 @@ pub struct Membership {
     /// When the last list that answered was sent: a peer counts as dead
     /// only once a list sent after its expiry shows it unchanged.
     listed_at: Option<Instant>,
+    /// The departed Leases whose delete was planned, and when: one delete
+    /// per Lease and lease duration (SH-9). Only names still in `peers`.
+    collecting: BTreeMap<String, Instant>,
 }
 
 impl Membership {
@@ -117,6 +125,7 @@ impl Membership {
             assignment: Assignment::nothing(me),
             stopped: false,
             listed_at: None,
+            collecting: BTreeMap::new(),
         }
     }
 
@@ -286,6 +295,37 @@ impl Membership {
             self.assignment = Assignment::nothing(&self.me);
         }
         self.assignment.clone()
+    }
+
+    /// The Leases of departed members to delete now, with the
+    /// resourceVersion each delete is conditional on (SH-9): those no
+    /// longer counted (released, or expired and confirmed by a list) and
+    /// unchanged for [`RETENTION_LEASES`] lease durations. Each is planned
+    /// at most once per lease duration; nothing while this member's own
+    /// heartbeat is not current or once it stopped.
+    pub fn departed(&mut self, now: Instant) -> Vec<(String, String)> {
+        self.collecting
+            .retain(|name, _| self.peers.contains_key(name));
+        if self.stopped || self.deadline().is_none_or(|d| now >= d) {
+            return Vec::new();
+        }
+        let retention = self.timings.lease_duration * RETENTION_LEASES;
+        let again = self.timings.lease_duration;
+        let due: Vec<(String, String)> = self
+            .peers
+            .iter()
+            .filter(|(_, p)| !self.counts(p, now) && now >= p.observed_at + retention)
+            .filter(|(name, _)| {
+                self.collecting
+                    .get(*name)
+                    .is_none_or(|at| now >= *at + again)
+            })
+            .map(|(name, p)| (name.clone(), p.resource_version.clone()))
+            .collect();
+        for (name, _) in &due {
+            self.collecting.insert(name.clone(), now);
+        }
+        due
     }
 
     /// A graceful stop (SH-7): nothing is ours from now on; answers the

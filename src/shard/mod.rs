@@ -1,5 +1,5 @@
 //! Sharding a controller's keys across replicas over `coordination.k8s.io/v1`
-//! Leases (rules SH-1..SH-8 in `docs/semantics.md`).
+//! Leases (rules SH-1..SH-9 in `docs/semantics.md`).
 //!
 //! Each replica is a [`ShardMember`] of a group: it holds its own shard
 //! Lease `<group>-<identity>` (a heartbeat every retry period) and lists the

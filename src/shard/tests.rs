@@ -66,6 +66,19 @@ impl Server {
         self.leases.insert(name, stored.clone());
         Written::Stored(Box::new(stored))
     }
+
+    /// A delete conditional on the resourceVersion: whether it deleted.
+    fn delete(&mut self, name: &str, resource_version: &str) -> bool {
+        let current = self
+            .leases
+            .get(name)
+            .and_then(|l| l.metadata.resource_version.as_deref());
+        if current != Some(resource_version) {
+            return false;
+        }
+        self.leases.remove(name);
+        true
+    }
 }
 
 /// Where a member is in its round.
@@ -159,6 +172,9 @@ impl Sim {
                         self.server.write(&write)
                     };
                     member.m.written(now, answer);
+                }
+                for (name, rv) in member.m.departed(now) {
+                    self.server.delete(&name, &rv);
                 }
                 member.step = Step::List;
             }
@@ -451,6 +467,56 @@ fn sh_5_a_deleted_lease_is_counted_until_it_expires_and_created_again() {
                 "seed {seed}, outage {outage}"
             );
         }
+    }
+}
+
+/// The Leases of a killed member and of one that left are deleted by the
+/// live members once unchanged for the retention, not before; the group
+/// stays settled, and a member back after its Lease was deleted creates it
+/// again and gets its keys back.
+#[test]
+fn sh_9_departed_members_leases_are_deleted_after_the_retention() {
+    let retention = TIMINGS.lease_duration * super::membership::RETENTION_LEASES;
+    for seed in 0..12 {
+        let mut sim = Sim::new(&["a", "b", "c", "d"], 200 + seed);
+        sim.run_until_settled(Duration::from_secs(3));
+        let released = sim.members[0]
+            .m
+            .release(sim.wall)
+            .expect("a holds its Lease");
+        assert!(matches!(
+            sim.server.write(&Write::Update(released)),
+            Written::Stored(_)
+        ));
+        let d_heartbeat = sim.members[3].m.deadline().unwrap() - TIMINGS.renew_deadline;
+        sim.members[0].dead = true;
+        sim.members[3].dead = true;
+        let released_at = sim.now;
+        sim.run_until_settled(Duration::from_secs(3));
+        let deadline = released_at + retention + Duration::from_secs(3);
+        while sim.server.leases.contains_key("g-a") || sim.server.leases.contains_key("g-d") {
+            assert!(sim.now < deadline, "seed {seed}: not deleted in time");
+            sim.run(1);
+            if sim.now < released_at + retention {
+                assert!(
+                    sim.server.leases.contains_key("g-a"),
+                    "seed {seed}: a's deleted early"
+                );
+            }
+            if sim.now < d_heartbeat + retention {
+                assert!(
+                    sim.server.leases.contains_key("g-d"),
+                    "seed {seed}: d's deleted early"
+                );
+            }
+        }
+        assert!(sim.server.leases.contains_key("g-b") && sim.server.leases.contains_key("g-c"));
+        assert!(sim.settled(), "seed {seed}");
+        // d comes back (a long pause, say): its update finds no Lease, so it
+        // creates one and the keys are spread over b, c and d again.
+        sim.members[3].dead = false;
+        sim.run_until_settled(Duration::from_secs(4));
+        assert!(sim.server.leases.contains_key("g-d"), "seed {seed}");
     }
 }
 
