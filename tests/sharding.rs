@@ -49,10 +49,15 @@ async fn replica(server: &ServerHandle, id: &str, calls: Arc<Calls>) -> Replica 
             let calls = calls.clone();
             let replica = replica.clone();
             async move {
-                let rv = req
-                    .object
-                    .as_ref()
-                    .and_then(|o| o.metadata.resource_version.clone());
+                // A delete's reconcile records its final state's, marked.
+                let rv = match (&req.object, &req.last_known) {
+                    (Some(o), _) => o.metadata.resource_version.clone(),
+                    (None, Some(last)) => Some(format!(
+                        "deleted:{}",
+                        last.metadata.resource_version.clone().unwrap_or_default()
+                    )),
+                    (None, None) => None,
+                };
                 let _running = calls.begin(&replica, req.key.as_str(), rv);
                 // Long enough for reconciles to overlap if two replicas held a key.
                 tokio::time::sleep(Duration::from_millis(5)).await;
@@ -163,13 +168,34 @@ async fn sh_5_every_key_reconciled_by_exactly_one_replica_through_a_kill_and_a_s
     let dead = replicas.remove(2);
     let died = Instant::now();
     dead.member.unwrap().abandon().await;
-    settled(&replicas, &["r0", "r1"]).await;
-    let survivors = ["r0", "r1"].map(String::from);
     let moved: Vec<String> = names()
         .into_iter()
         .map(|n| key(&n))
         .filter(|k| owner(&["r0", "r1", "r2"].map(String::from), k) == Some("r2"))
         .collect();
+    // Three of r2's keys are deleted before anyone took them: each delete
+    // is reconciled by the key's new owner, with its final state (CTL-11:
+    // the survivors remembered deletes of keys not theirs).
+    let deleted: BTreeMap<String, String> = moved[..3]
+        .iter()
+        .map(|k| {
+            let name = k.trim_start_matches("default/");
+            let gone = server
+                .delete("", "configmaps", Some("default"), name)
+                .unwrap();
+            let rv = gone["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+            (k.clone(), format!("deleted:{rv}"))
+        })
+        .collect();
+    settled(&replicas, &["r0", "r1"]).await;
+    each_change_reconciled_once(&calls, &deleted, &["r0", "r1"]).await;
+    for k in deleted.keys() {
+        create(&server, k.trim_start_matches("default/"), "v1");
+    }
+    let survivors = ["r0", "r1"].map(String::from);
     eventually(WAIT, "r2's keys reconciled by their new owners", || {
         moved.iter().all(|k| {
             let new = owner(&survivors, k).unwrap();

@@ -54,8 +54,16 @@ async fn replica(
         .start(move |req: Request<ConfigMap>| {
             let calls = calls.clone();
             let held = *hold.lock().unwrap() == Some((identity, req.key.name().to_owned()));
+            // A delete's reconcile records the final state's resourceVersion.
+            let deleted = req.object.is_none().then(|| {
+                let rv = req
+                    .last_known
+                    .as_ref()
+                    .and_then(|o| o.metadata.resource_version.clone());
+                format!("deleted:{}", rv.unwrap_or_default())
+            });
             async move {
-                let _running = calls.begin(identity, req.key.name(), None);
+                let _running = calls.begin(identity, req.key.name(), deleted);
                 if held {
                     std::future::pending::<()>().await;
                 }
@@ -144,9 +152,18 @@ async fn ctl_10_only_the_leader_reconciles_and_a_standby_takes_over_every_key_on
 
     // The leader dies without releasing (as a crash would): its reconcile of
     // `held` is cancelled when it steps down, the standby takes over within a
-    // lease duration and a retry and reconciles every key once.
+    // lease duration and a retry and reconciles every key once. A key deleted
+    // meanwhile, while nobody leads, is reconciled by the new leader as a
+    // delete with its final state (CTL-11: the standby remembered it).
     let died = Instant::now();
     replicas[leader].elector.take().unwrap().abandon().await;
+    let gone = server
+        .delete("", "configmaps", Some("default"), "cm-00")
+        .unwrap();
+    let gone_rv = gone["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     eventually(WAIT, "the standby leads", || {
         replicas[standby].controller.is_leader() == Some(true)
     })
@@ -155,6 +172,13 @@ async fn ctl_10_only_the_leader_reconciles_and_a_standby_takes_over_every_key_on
         calls.by(sid, died) == once_each(&keys)
     })
     .await;
+    let deletes: Vec<_> = calls
+        .all()
+        .into_iter()
+        .filter(|c| c.replica == sid && c.started >= died && c.key == "cm-00")
+        .map(|c| c.rv)
+        .collect();
+    assert_eq!(deletes, [Some(format!("deleted:{gone_rv}"))]);
     let first = calls.first_by(sid, died).unwrap();
     let bound = TIMINGS.lease_duration + TIMINGS.max_retry_wait() + SLACK;
     eprintln!(

@@ -15,6 +15,7 @@
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
 
 use actix::prelude::*;
 use kinformer_actors::workqueue::{Add, Priority, WorkQueue};
@@ -65,21 +66,30 @@ impl<S: Object> Actor for Feeder<S> {
 }
 
 impl<S: Object> Feeder<S> {
-    fn keys_of(&self, event: &Event<S>, out: &mut Vec<(ObjectKey, Priority)>) {
+    fn keys_of(&self, event: &Event<S>, now: Instant, out: &mut Vec<(ObjectKey, Priority)>) {
         let priority = Priority::of(event.cause());
         match &self.keys {
             Keys::Own(last_known) => {
                 let key = event.key();
-                match event {
-                    Event::Deleted { object, .. } => last_known.deleted(key, object.object()),
-                    Event::Added { .. } | Event::Updated { .. } => last_known.exists(key),
-                }
+                let deleted = match event {
+                    Event::Deleted { object, .. } => {
+                        last_known.deleted(key, object.object(), now);
+                        true
+                    }
+                    Event::Added { .. } | Event::Updated { .. } => {
+                        last_known.exists(key);
+                        false
+                    }
+                };
                 // After recording the delete: a key sharded by its owner's
-                // reads the owner from the last known state.
+                // reads the owner from the last known state. A delete not
+                // ours stays remembered for a while: if the key comes to
+                // this replica, the scope change hands it over (CTL-11).
                 if (self.admit)(key) {
+                    if deleted {
+                        last_known.own(key);
+                    }
                     out.push((key.clone(), priority));
-                } else {
-                    last_known.exists(key);
                 }
             }
             Keys::Mapped(map) => {
@@ -133,8 +143,9 @@ impl<S: Object> Handler<EventBatch<S>> for Feeder<S> {
             return Box::pin(async {});
         }
         let mut keys = Vec::with_capacity(batch.len());
+        let now = super::last_known::now();
         for event in batch.iter() {
-            self.keys_of(event, &mut keys);
+            self.keys_of(event, now, &mut keys);
         }
         // A fresh sender (see `Workers::queue`). Answered by the queue at
         // once; awaited so the listener's flow control sees this batch taken

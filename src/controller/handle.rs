@@ -121,9 +121,10 @@ impl<K: Object> ControllerHandle<K> {
 
     /// The reconcile counters now.
     pub fn reconcile_metrics(&self) -> ReconcileMetrics {
-        self.workers
-            .stats
-            .snapshot(self.mapper_panics.load(Ordering::Relaxed))
+        self.workers.stats.snapshot(
+            self.mapper_panics.load(Ordering::Relaxed),
+            self.workers.last_known.standby_counts(),
+        )
     }
 
     /// The reconcile counters and the queue's metrics now.

@@ -44,6 +44,12 @@ pub struct ReconcileMetrics {
     pub workers: usize,
     /// `watches` mapper calls that panicked (their objects mapped to no key).
     pub mapper_panics: u64,
+    /// Deletes of keys outside this replica's scope remembered now, to be
+    /// handed over if their keys come here (CTL-11).
+    pub remembered_deletes: usize,
+    /// Such deletes forgotten before their age because there were more
+    /// than the maximum: each may go unreconciled after a hand-over.
+    pub forgotten_deletes: u64,
 }
 
 /// A controller's reconcile and queue metrics.
@@ -85,6 +91,8 @@ impl ReconcileStats {
             active: 0,
             workers,
             mapper_panics: 0,
+            remembered_deletes: 0,
+            forgotten_deletes: 0,
         }))
     }
 
@@ -128,10 +136,13 @@ impl ReconcileStats {
         });
     }
 
-    /// The counters now, with `mapper_panics` from the feeders.
-    pub(crate) fn snapshot(&self, mapper_panics: u64) -> ReconcileMetrics {
+    /// The counters now, with `mapper_panics` from the feeders and the
+    /// remembered deletes' `(remembered, forgotten)`.
+    pub(crate) fn snapshot(&self, mapper_panics: u64, deletes: (usize, u64)) -> ReconcileMetrics {
         self.with(|m| ReconcileMetrics {
             mapper_panics,
+            remembered_deletes: deletes.0,
+            forgotten_deletes: deletes.1,
             ..m.clone()
         })
     }

@@ -78,9 +78,12 @@
 //! * **CTL-11** A key that leaves the scope is taken no more and its
 //!   reconcile in progress is cancelled at once (at its next await point),
 //!   before a successor can start (LE-7); no fencing: reconciles must be
-//!   idempotent.
+//!   idempotent. Deletes of keys outside the scope are remembered for a
+//!   while ([`remember_deletes`](Controller::remember_deletes)), so a delete
+//!   during a failover or a shard move is reconciled by the new owner.
 //! * **CTL-12** Keys that enter the scope are all queued from the synced
-//!   caches: a new leader reconciles every object once.
+//!   caches, with the deletes remembered for them: a new leader reconciles
+//!   every object once.
 //! * Priority by cause (PQ-1): keys from the initial list and resyncs are
 //!   reconciled after those of real changes, so after a restart a change is
 //!   not stuck behind every object.
@@ -134,13 +137,13 @@ pub use request::{Action, Request};
 
 use crate::error::InformerError;
 use crate::informer::{Informer, can_start_actors};
-use crate::leader::LeaderElector;
+use crate::leader::{ElectionTimings, LeaderElector};
 use crate::shard::ShardMember;
 use crate::subscription::Subscription;
 use feed::{Feeder, Keys, Mapper, OwnerKind, feeder_options};
 use govern::{Governed, govern, leader_scope, shard_scope};
 use handle::{Leadership, Source};
-use last_known::LastKnown;
+use last_known::{LastKnown, Retention};
 use metrics::ReconcileStats;
 use scope::{KeyFilter, Ownership, Scope, ScopeChannels, ShardKeyFn};
 use worker::{Phase, Workers};
@@ -176,6 +179,10 @@ pub struct Controller<K: Object> {
     scope: Option<watch::Receiver<Scope>>,
     shard_key: Option<ShardKeyFn<K>>,
     leadership: Option<Leadership>,
+    /// How long deletes outside the scope are remembered (CTL-11): as set,
+    /// else from the scope source's timings.
+    retention: Option<Retention>,
+    scope_timings: Option<ElectionTimings>,
 }
 
 impl<K: Object> std::fmt::Debug for Controller<K> {
@@ -226,13 +233,15 @@ impl<K: Object> Controller<K> {
             scope: None,
             shard_key: None,
             leadership: None,
+            retention: None,
+            scope_timings: None,
         }
     }
 
     /// Reconcile only while `elector` leads (warm standby, CTL-10..CTL-12):
     /// the informers of every replica run and sync, but only the leader's
     /// workers take keys. On becoming leader the controller queues every
-    /// cached object (and every delete not yet reconciled) once; on losing
+    /// cached object (and the deletes it remembers, CTL-11) once; on losing
     /// leadership its workers take no more keys and the reconciles in
     /// progress are cancelled at once (at their next await point), before
     /// the Lease can expire for a successor (LE-7). There is no fencing:
@@ -240,6 +249,7 @@ impl<K: Object> Controller<K> {
     /// events ([`ControllerHandle::leader_events`]).
     pub fn leader_elected(mut self, elector: &LeaderElector) -> Self {
         self.scope = Some(leader_scope(elector.leadership()));
+        self.scope_timings = Some(elector.timings());
         self.leadership = Some(Leadership {
             leading: elector.leadership(),
             events: elector.event_sender(),
@@ -283,6 +293,23 @@ impl<K: Object> Controller<K> {
     /// object to. There is no fencing: reconciles must be idempotent.
     pub fn sharded(mut self, member: &ShardMember) -> Self {
         self.scope = Some(shard_scope(member.assignment()));
+        self.scope_timings = Some(member.timings());
+        self
+    }
+
+    /// How long, and how many, deletes of keys outside this replica's scope
+    /// are remembered (CTL-11): a standby or another shard's member keeps
+    /// them, and if a key comes to it within `max_age` (a failover, a shard
+    /// move) its delete is reconciled here, with its last known state.
+    /// `max_age` counts from when the delete was seen or the key left this
+    /// replica, whichever is later; beyond `max_count` the oldest are
+    /// forgotten (counted in [`ReconcileMetrics::forgotten_deletes`]).
+    /// Default: `max_age` twice the elector's or shard member's lease
+    /// duration plus three retry periods (36 s with the default timings),
+    /// `max_count` 10 000. Each remembered delete holds the object's last
+    /// state (shared with the event that brought it).
+    pub fn remember_deletes(mut self, max_age: Duration, max_count: usize) -> Self {
+        self.retention = Some(Retention { max_age, max_count });
         self
     }
 
@@ -345,7 +372,11 @@ impl<K: Object> Controller<K> {
             .unwrap_or_else(|| Box::new(default_controller_rate_limiter()));
         let queue = WorkQueue::new(self.name.clone(), limiter).start();
         let name: Arc<str> = self.name.into();
-        let last_known = Arc::new(LastKnown::default());
+        let retention = self.retention.unwrap_or_else(|| {
+            self.scope_timings
+                .map_or_else(Retention::default, Retention::for_timings)
+        });
+        let last_known = Arc::new(LastKnown::new(retention));
         let ownership = Ownership {
             store: self.primary.store(),
             last_known: last_known.clone(),

@@ -8,7 +8,8 @@
 //! scope moves first (reconciles of lost keys are cancelled at once), then
 //! the feeders', then the keys newly owned are queued from the caches: an
 //! event a feeder dropped under the old scope is already in the cache read
-//! after (the Indexer publishes a batch before delivering it).
+//! after (the Indexer publishes a batch before delivering it), and a delete
+//! it dropped is remembered for a while and handed over (CTL-11).
 
 use std::collections::HashSet;
 use std::fmt;
@@ -19,7 +20,7 @@ use kinformer_actors::workqueue::{Add, Priority, WorkQueue};
 use kinformer_actors::{Object, ObjectKey};
 use tokio::sync::watch;
 
-use super::last_known::LastKnown;
+use super::last_known::{LastKnown, now};
 use crate::store::Store;
 
 /// Whether a shard owns a key (by its shard key: the key itself, or what
@@ -141,9 +142,11 @@ impl ScopeChannels {
 }
 
 /// Moves the scope from `old` to `new` (see the module docs): the workers',
-/// then the feeders', then queues the keys newly owned (at `Low`, as an
-/// initial list's: real changes go first, PQ-1). A key gained is reconciled
-/// once, or twice if it changes while this runs. Answers how many it queued.
+/// then the feeders', then queues the keys newly owned: the remembered
+/// deletes handed over (CTL-11) as real changes, the cached objects at
+/// `Low`, as an initial list's (real changes go first, PQ-1). A key gained
+/// is reconciled once, or twice if it changes while this runs. Answers how
+/// many it queued.
 pub(crate) async fn change<K: Object>(
     channels: &ScopeChannels,
     ownership: &Ownership<K>,
@@ -153,17 +156,24 @@ pub(crate) async fn change<K: Object>(
 ) -> usize {
     channels.work.send_replace(new.clone());
     channels.feed.send_replace(new.clone());
-    // CTL-9 for keys not ours: their deletes are the owner's to reconcile.
-    ownership.last_known.retain(|key| ownership.owns(&new, key));
+    // After the feed scope moved: a delete the feeders judged under the old
+    // scope is remembered by now, and handed over here if it became ours.
+    let deletes = ownership
+        .last_known
+        .rescope(|key| ownership.owns(&new, key), now());
     let snapshot = ownership.store.snapshot();
     let gained: HashSet<ObjectKey> = snapshot
         .keys()
         .into_iter()
-        .chain(ownership.last_known.keys())
         .filter(|key| ownership.owns(&new, key) && !ownership.owns(old, key))
         .collect();
-    let queued = gained.len();
-    let gained: Vec<_> = gained.into_iter().map(|k| (k, Priority::Low)).collect();
+    let queued = gained.len() + deletes.len();
+    // Handed-over deletes are real changes: ahead of the cached objects (PQ-1).
+    let gained: Vec<_> = deletes
+        .into_iter()
+        .map(|k| (k, Priority::Normal))
+        .chain(gained.into_iter().map(|k| (k, Priority::Low)))
+        .collect();
     if !gained.is_empty() {
         // Answered at once (a fresh sender, see `Workers::queue`).
         let _ = queue.clone().send(Add(gained)).await;

@@ -14,7 +14,7 @@ use kinformer_actors::workqueue::{Finish, Next, Outcome, Ticket, WorkQueue};
 use kinformer_actors::{Object, ObjectKey};
 use tokio::sync::watch;
 
-use super::last_known::LastKnown;
+use super::last_known::{self, LastKnown};
 use super::metrics::{Ended, ReconcileStats};
 use super::request::{Action, Request};
 use super::scope::{Ownership, Scope};
@@ -111,7 +111,9 @@ impl<K: Object> Workers<K> {
                 self.reconcile_one(ticket).await
             } else {
                 // Not ours (any more): dropped; its owner reconciles it, and
-                // this replica queues it again if it becomes ours (CTL-11).
+                // this replica queues it again if it becomes ours (CTL-11),
+                // with its delete if it was deleted.
+                self.last_known.disown(&key, last_known::now());
                 Outcome::Success
             };
             if outcome != Outcome::Success && self.closing.load(Ordering::SeqCst) {
@@ -152,14 +154,14 @@ impl<K: Object> Workers<K> {
     async fn reconcile_one(&self, ticket: Ticket<ObjectKey>) -> Outcome {
         let key = ticket.key;
         let object = self.store.snapshot().get(&key);
-        let last_known = object
+        let delete = object
             .is_none()
-            .then(|| self.last_known.get(&key))
+            .then(|| self.last_known.delete_of(&key))
             .flatten();
         let request = Request {
             key: key.clone(),
             object,
-            last_known: last_known.clone(),
+            last_known: delete.as_ref().and_then(|(state, _)| state.clone()),
             retries: ticket.requeues,
             priority: ticket.priority,
         };
@@ -175,8 +177,8 @@ impl<K: Object> Workers<K> {
         self.stats.ended(how, started.elapsed());
         running.ended = true;
         drop(running);
-        if let (Ended::Done | Ended::RequeueAfter, Some(state)) = (how, &last_known) {
-            self.last_known.settled(&key, state);
+        if let (Ended::Done | Ended::RequeueAfter, Some((_, seq))) = (how, delete) {
+            self.last_known.settled(&key, seq);
         }
         outcome
     }

@@ -116,6 +116,7 @@ impl LeaderElectorBuilder {
         Ok(LeaderElector {
             identity,
             lease_name: self.lease_name,
+            timings: self.timings,
             leading,
             holder,
             events: self.events,
@@ -171,6 +172,7 @@ fn elector_identity() -> Result<String, LeaderError> {
 pub struct LeaderElector {
     identity: String,
     lease_name: String,
+    timings: ElectionTimings,
     leading: watch::Receiver<bool>,
     holder: watch::Receiver<Option<String>>,
     events: broadcast::Sender<LeaderEvent>,
@@ -193,6 +195,11 @@ impl LeaderElector {
     /// This elector's identity.
     pub fn identity(&self) -> &str {
         &self.identity
+    }
+
+    /// Its Lease's timings.
+    pub fn timings(&self) -> ElectionTimings {
+        self.timings
     }
 
     /// The Lease's name.

@@ -86,6 +86,7 @@ impl ShardMemberBuilder {
         let task = runtime.spawn(shell.run(stop_rx).instrument(span));
         Ok(ShardMember {
             identity,
+            timings: self.timings,
             group: self.group,
             lease_name,
             assignment,
@@ -109,6 +110,7 @@ impl ShardMemberBuilder {
 /// Dropping the handle leaves the group gracefully in the background.
 pub struct ShardMember {
     identity: String,
+    timings: ElectionTimings,
     group: String,
     lease_name: String,
     assignment: watch::Receiver<Assignment>,
@@ -135,6 +137,11 @@ impl ShardMember {
     /// The group's name.
     pub fn group(&self) -> &str {
         &self.group
+    }
+
+    /// Its shard Lease's timings.
+    pub fn timings(&self) -> ElectionTimings {
+        self.timings
     }
 
     /// This member's Lease.
