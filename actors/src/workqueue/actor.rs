@@ -70,11 +70,7 @@ impl<K: Clone + Eq + Hash + Unpin + 'static> WorkQueue<K> {
             };
             match self.queue.get(now) {
                 Get::Item(ticket) => {
-                    if let Err(Some(ticket)) = waiter.send(Some(ticket)) {
-                        // The worker left between the check and the send: give it back.
-                        self.queue.add(ticket.key.clone(), ticket.priority, now);
-                        self.queue.done(&ticket.key, now);
-                    }
+                    self.hand_out(waiter, ticket);
                 }
                 Get::Empty => {
                     self.waiters.push_front(waiter);
@@ -87,6 +83,21 @@ impl<K: Clone + Eq + Hash + Unpin + 'static> WorkQueue<K> {
                     }
                     return;
                 }
+            }
+        }
+    }
+
+    /// Sends `ticket` to `waiter`; if the worker left between the check and
+    /// the send, the key goes back where it was (not an add, which a
+    /// shutting-down queue would ignore). Answers whether it was sent.
+    fn hand_out(&mut self, waiter: OneshotSender<Option<Ticket<K>>>, ticket: Ticket<K>) -> bool {
+        match waiter.send(Some(ticket)) {
+            Ok(()) => true,
+            Err(ticket) => {
+                if let Some(ticket) = ticket {
+                    self.queue.put_back(&ticket.key);
+                }
+                false
             }
         }
     }
@@ -344,6 +355,31 @@ mod tests {
         q.send(Add(vec![("a", N)])).await.unwrap();
         let t = q.send(Next::new()).await.unwrap().unwrap();
         assert_eq!(t.key, "a");
+    }
+
+    /// A worker gone between the check and the send, while the queue
+    /// drains: its key is not lost but handed out next.
+    #[test]
+    fn a_ticket_that_reaches_no_worker_goes_back_during_a_drain() {
+        let limiter = ItemExponential::new(Duration::from_millis(100), Duration::from_secs(10));
+        let mut wq: WorkQueue<&'static str> = WorkQueue::new("hand-out", Box::new(limiter));
+        let now = std::time::Instant::now();
+        wq.queue.add("a", N, now);
+        wq.queue.add("b", N, now);
+        let Get::Item(ticket) = wq.queue.get(now) else {
+            panic!("a is ready")
+        };
+        wq.queue.shut_down_with_drain();
+        let (waiter, gone) = tokio::sync::oneshot::channel();
+        drop(gone);
+        assert!(!wq.hand_out(waiter, ticket));
+        assert!(!wq.queue.is_drained());
+        let keys: Vec<_> = std::iter::from_fn(|| match wq.queue.get(now) {
+            Get::Item(t) => Some(t.key),
+            _ => None,
+        })
+        .collect();
+        assert_eq!(keys, ["a", "b"]);
     }
 
     /// WQ-T7 through the actor: the drain is answered once both are done;

@@ -206,6 +206,11 @@ impl<K: Clone + Eq + Hash> DelayingQueue<K> {
         self.queue.done(key, now)
     }
 
+    /// Undoes a `get` whose ticket reached no worker ([`Queue::put_back`]).
+    pub fn put_back(&mut self, key: &K) -> bool {
+        self.queue.put_back(key)
+    }
+
     /// DQ-3 / WQ-6 `ShutDown`: waiting keys are dropped (DQ-2), and returned.
     pub fn shut_down(&mut self) -> Vec<K> {
         self.queue.shut_down();

@@ -76,6 +76,9 @@ struct Dirty {
 struct Processing {
     priority: Priority,
     since: Instant,
+    /// Where it was in `ready`, and since when dirty: what `put_back` restores.
+    slot: Slot,
+    queued_since: Instant,
 }
 
 /// The base workqueue: dirty set, processing set, priority lanes, shutdown.
@@ -175,7 +178,7 @@ impl<K: Clone + Eq + Hash> Queue<K> {
     /// WQ-3: hands out the first ready key (PQ-2), which is processing until
     /// its `done`. After shutdown, ready keys are still handed out.
     pub fn get(&mut self, now: Instant) -> Get<K> {
-        let Some((_, key)) = self.ready.pop_first() else {
+        let Some((slot, key)) = self.ready.pop_first() else {
             return if self.shutting_down {
                 Get::ShutDown
             } else {
@@ -188,6 +191,8 @@ impl<K: Clone + Eq + Hash> Queue<K> {
         let processing = Processing {
             priority: dirty.priority,
             since: now,
+            slot,
+            queued_since: dirty.since,
         };
         self.processing.insert(key.clone(), processing);
         Get::Item(Ticket {
@@ -212,6 +217,32 @@ impl<K: Clone + Eq + Hash> Queue<K> {
         let slot = self.slot(priority);
         self.ready.insert(slot, key.clone());
         self.dirty.get_mut(key).expect("just found").slot = Some(slot);
+        true
+    }
+
+    /// PQ-9: undoes the `get` of `key` whose ticket reached no worker: it is ready
+    /// again in the slot it left, first of its lane (a re-add meanwhile
+    /// raises its priority, PQ-3). Not an add: not counted, and also while
+    /// shutting down, where an add is ignored (the key would be lost; WQ-3
+    /// hands out what is queued). No work duration is recorded. False if
+    /// `key` was not processing.
+    pub fn put_back(&mut self, key: &K) -> bool {
+        let Some(processing) = self.processing.remove(key) else {
+            return false;
+        };
+        let (priority, slot) = match self.dirty.get(key).map(|d| d.priority) {
+            Some(higher) if higher > processing.priority => (higher, self.slot(higher)),
+            _ => (processing.priority, processing.slot),
+        };
+        self.ready.insert(slot, key.clone());
+        self.dirty.insert(
+            key.clone(),
+            Dirty {
+                priority,
+                slot: Some(slot),
+                since: processing.queued_since,
+            },
+        );
         true
     }
 
@@ -365,6 +396,40 @@ mod tests {
             Get::Item(t) => Some(t.key),
             _ => None,
         }
+    }
+
+    /// A key whose ticket reached no worker is put back first in its lane,
+    /// without counting an add, and also while draining, where an add is
+    /// ignored: the drain waits for it, and it is handed out next.
+    #[test]
+    fn a_key_put_back_is_handed_out_first_even_while_draining() {
+        let now = t0();
+        let mut q = Queue::new("put-back");
+        q.add("a", Priority::Normal, now);
+        q.add("b", Priority::Normal, now);
+        assert_eq!(get(&mut q, now), Some("a"));
+        q.shut_down_with_drain();
+        assert!(q.put_back(&"a"));
+        q.check_invariants();
+        assert!(!q.put_back(&"a"), "not processing any more");
+        assert_eq!(q.metrics(now).adds, 2);
+        assert!(q.is_ready(&"a") && !q.is_drained());
+        assert_eq!(get(&mut q, now), Some("a"));
+        assert_eq!(get(&mut q, now), Some("b"));
+        assert!(q.done(&"a", now) && q.done(&"b", now));
+        assert!(q.is_drained());
+        // Re-added at a higher priority meanwhile: back in that lane.
+        let mut q = Queue::new("put-back-raised");
+        q.add("a", Priority::Low, now);
+        q.add("b", Priority::Normal, now);
+        q.add("c", Priority::Low, now);
+        assert_eq!(get(&mut q, now), Some("b"));
+        assert_eq!(get(&mut q, now), Some("a"));
+        q.add("a", Priority::Normal, now);
+        assert!(q.put_back(&"a"));
+        q.check_invariants();
+        assert_eq!(q.ready_at_priority(Priority::Normal), 1);
+        assert_eq!(get(&mut q, now), Some("a"));
     }
 
     /// WQ-T1: producers adding their own items many times, consumers taking

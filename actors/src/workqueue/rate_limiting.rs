@@ -129,6 +129,13 @@ impl<K: Clone + Eq + Hash> RateLimitingQueue<K> {
         }
     }
 
+    /// Undoes a `get` whose ticket reached no worker
+    /// ([`Queue::put_back`](super::queue::Queue::put_back)):
+    /// its failures are kept, for its next ticket.
+    pub fn put_back(&mut self, key: &K) -> bool {
+        self.queue.put_back(key)
+    }
+
     /// WQ-4; a key that leaves the queue has its failures forgotten (PQ-6).
     pub fn done(&mut self, key: &K, now: Instant) -> bool {
         let was = self.queue.done(key, now);
