@@ -13,6 +13,9 @@
 //! values written before the dictionary existed (a snapshot that started
 //! small) still read back. The dictionary of a file never changes.
 
+use std::borrow::Cow;
+
+use kinformer_actors::indexer::compact::{SAMPLES_PER_DICTIONARY_BYTE, dictionary_sample};
 use zstd::zstd_safe::{self, CCtx, CParameter, DCtx, DDict};
 
 use super::error::SnapshotError;
@@ -27,6 +30,15 @@ const ZSTD_DICTIONARY: u8 = 2;
 pub const DICTIONARY_SAMPLES: usize = 256;
 /// The dictionary's size at most (on Pods: 32 KiB gives 230 B per Pod).
 const DICTIONARY_SIZE: usize = 32 * 1024;
+/// A dictionary is learned from at most [`DICTIONARY_SAMPLES`] objects, or
+/// fewer once their JSON reaches this many bytes (large objects).
+pub const SAMPLE_BYTES: usize = SAMPLES_PER_DICTIONARY_BYTE * DICTIONARY_SIZE;
+
+/// What of one object's JSON the dictionary learns from (its head and tail
+/// when it is larger than the dictionary).
+pub fn sample(json: &[u8]) -> Cow<'_, [u8]> {
+    dictionary_sample(json, DICTIONARY_SIZE)
+}
 /// zstd's level: reads are as fast at any level; 3 writes 100k ConfigMaps
 /// in about 0.3 s of the writer's thread.
 const LEVEL: i32 = 3;

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use kinformer_actors::reflector::decode::ObjectDecoder;
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 
-use super::compression::{DICTIONARY_SAMPLES, ValueReader, ValueWriter};
+use super::compression::{DICTIONARY_SAMPLES, SAMPLE_BYTES, ValueReader, ValueWriter, sample};
 use super::error::SnapshotError;
 use super::identity::{SNAPSHOT_SCHEMA, SnapshotIdentity};
 
@@ -394,9 +394,10 @@ pub struct Commit<'a, I> {
 
 /// Writes `commit` in one transaction: the objects and the resourceVersion
 /// together, or nothing. The first commit of at least
-/// [`DICTIONARY_SAMPLES`] objects into a file without a dictionary learns
-/// one from its first objects, stored in the same transaction. At most
-/// that many objects are held at once.
+/// [`DICTIONARY_SAMPLES`] objects (or of [`SAMPLE_BYTES`] of JSON, for
+/// large objects) into a file without a dictionary learns one from its
+/// first objects, stored in the same transaction. At most that many
+/// objects, or about that many bytes, are held at once.
 pub fn write<K, S, I>(
     db: &Database,
     commit: Commit<'_, I>,
@@ -413,19 +414,26 @@ where
     // of those objects: learned from if there are that many, then written.
     let mut head = Vec::new();
     let mut samples = Vec::new();
+    let mut sample_bytes = 0;
     let mut learned = None;
     if values.wants_dictionary(DICTIONARY_SAMPLES) {
+        let enough = |samples: &Vec<Vec<u8>>, bytes: usize| {
+            samples.len() == DICTIONARY_SAMPLES || bytes >= SAMPLE_BYTES
+        };
         for (key, state) in changes.by_ref() {
             if let Some(object) = &state {
-                samples.push(encode(object).map_err(|e| write(&e))?);
+                let json = encode(object).map_err(|e| write(&e))?;
+                sample_bytes += json.len();
+                samples.push(json);
             }
             head.push((key, state));
-            if samples.len() == DICTIONARY_SAMPLES {
+            if enough(&samples, sample_bytes) {
                 break;
             }
         }
-        if samples.len() == DICTIONARY_SAMPLES {
-            let refs: Vec<&[u8]> = samples.iter().map(Vec::as_slice).collect();
+        if enough(&samples, sample_bytes) {
+            let parts: Vec<_> = samples.iter().map(|json| sample(json)).collect();
+            let refs: Vec<&[u8]> = parts.iter().map(|p| p.as_ref()).collect();
             learned = values.learn(&refs);
         }
     }
@@ -606,6 +614,30 @@ mod tests {
         let loaded = load(&path, &id, decode).unwrap().unwrap();
         let got: Vec<&str> = loaded.objects.iter().map(|o| o.as_str()).collect();
         assert_eq!(got, vals.iter().map(String::as_str).collect::<Vec<_>>());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// Large objects: the dictionary is learned once their JSON reaches the
+    /// sample budget, from fewer than `DICTIONARY_SAMPLES` of them, so a
+    /// commit of 1 MB objects does not hold 256 of them to learn from.
+    #[test]
+    fn large_objects_learn_the_dictionary_from_a_bounded_sample() {
+        let d = dir("large");
+        let id = identity("");
+        let path = path_in(&d, &id);
+        let db = create(&path, &id).unwrap();
+        let n = 120;
+        let keys: Vec<String> = (0..n).map(|i| format!("ns/secret-{i:03}")).collect();
+        let vals: Vec<String> = (0..n)
+            .map(|i| format!("release-{i}:{}", "payload ".repeat(4096)))
+            .collect();
+        assert!(n * vals[0].len() > SAMPLE_BYTES && n < DICTIONARY_SAMPLES);
+        commit(&db, all(&keys, &vals), "9", n as u64);
+        drop(db);
+        let (_, learned) = stored_size(&path);
+        assert!(learned, "learned from the first {SAMPLE_BYTES} bytes");
+        let loaded = load(&path, &id, decode).unwrap().unwrap();
+        assert_eq!(loaded.objects.len(), n);
         let _ = std::fs::remove_dir_all(&d);
     }
 

@@ -45,6 +45,7 @@ use std::fmt;
 use std::hash::Hash;
 use std::ops::Deref;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use arc_swap::ArcSwap;
 use kube::Resource;
@@ -187,7 +188,9 @@ impl<K> Stored<K> {
         }
     }
 
-    /// The stored resourceVersion if non-empty and known without decoding.
+    /// The stored resourceVersion if non-empty and known without decoding,
+    /// and the entry not known to be undecodable (which a new object at
+    /// that version must replace).
     fn resource_version(&self) -> Option<&str>
     where
         K: Resource,
@@ -195,6 +198,7 @@ impl<K> Stored<K> {
         match self {
             Stored::Decoded(_) => None,
             Stored::Fresh(f) => f.obj.meta().resource_version.as_deref(),
+            Stored::Compact(e) if e.undecodable.load(Ordering::Relaxed) => None,
             Stored::Compact(e) => e.resource_version.as_deref(),
         }
         .filter(|rv| !rv.is_empty())
@@ -237,13 +241,15 @@ impl<K> Iterator for LazyEntries<K> {
 }
 
 /// The keys of one cache state, produced lazily ([`CacheView::keys_lazily`]).
+/// Like [`CacheView::keys`], every key, an undecodable entry's included;
+/// nothing is decoded.
 pub struct LazyKeys<K>(LazyEntries<K>);
 
 impl<K> Iterator for LazyKeys<K> {
     type Item = ObjectKey;
 
     fn next(&mut self) -> Option<ObjectKey> {
-        self.0.next().map(|(key, _)| key)
+        self.0.drain.next().map(|(key, _)| key)
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
@@ -707,6 +713,7 @@ impl<K: Resource + Send + Sync + 'static> Cache<K> {
                         data: entry.data.clone(),
                         resource_version: entry.resource_version.clone(),
                         index_values: with_slot(&entry.index_values),
+                        undecodable: AtomicBool::new(entry.undecodable.load(Ordering::Relaxed)),
                     };
                     extended.push((key.clone(), Stored::Compact(Arc::new(entry))));
                 }
@@ -1055,6 +1062,7 @@ impl<K: Resource + Send + Sync + 'static> Cache<K> {
                                     .as_deref()
                                     .map(Box::from),
                                 index_values: f.index_values.clone(),
+                                undecodable: AtomicBool::new(false),
                             };
                             c.bytes += entry.size();
                             Stored::Compact(Arc::new(entry))
@@ -1078,6 +1086,7 @@ impl<K: Resource + Send + Sync + 'static> Cache<K> {
                         data: new,
                         resource_version: entry.resource_version.clone(),
                         index_values: entry.index_values.clone(),
+                        undecodable: AtomicBool::new(entry.undecodable.load(Ordering::Relaxed)),
                     });
                     let c = &mut self.current.compact;
                     c.bytes = c.bytes + again.size() - entry.size();
@@ -1360,6 +1369,36 @@ mod compact_tests {
         assert_eq!(val(&c.get("b").unwrap()), "y");
     }
 
+    /// An entry found undecodable is replaced by the next object at its
+    /// resourceVersion (a relist would otherwise keep it for good).
+    #[test]
+    fn an_undecodable_entry_is_replaced_at_its_resource_version() {
+        let codec = Codec::new(
+            CompactOptions::new()
+                .without_dictionary()
+                .recent(0)
+                .background(false),
+            |o: &ConfigMap| serde_json::to_vec(o).map_err(|e| e.to_string()),
+            |b| {
+                let o: ConfigMap = serde_json::from_slice(b).map_err(|e| e.to_string())?;
+                match val(&o).as_str() {
+                    "poison" => Err("refused".into()),
+                    _ => Ok(o),
+                }
+            },
+        );
+        let mut c = Cache::compact(codec).unwrap();
+        let at = |v: &str| {
+            let mut o = (*cm("a", v)).clone();
+            o.metadata.resource_version = Some("7".into());
+            Arc::new(o)
+        };
+        c.upsert(key("a"), at("poison"));
+        assert!(c.get("a").is_none(), "undecodable");
+        c.upsert(key("a"), at("good"));
+        assert_eq!(val(&c.get("a").unwrap()), "good");
+    }
+
     #[test]
     fn an_object_that_does_not_encode_is_kept_decoded() {
         let mut c = Cache::compact(picky_codec()).unwrap();
@@ -1390,6 +1429,17 @@ mod compact_tests {
         assert_eq!(c.list().len(), 1);
         assert_eq!(c.entries_lazily().count(), 1);
         assert!(c.compact_stats().unwrap().decode_errors >= 4);
+        // A key all the same (so a delete or a relist still removes it),
+        // listed without decoding anything.
+        assert_eq!((c.len(), c.keys().len()), (2, 2));
+        assert!(c.contains("undecodable"));
+        let errors = c.compact_stats().unwrap().decode_errors;
+        assert_eq!(c.keys_lazily().count(), 2);
+        assert_eq!(
+            c.compact_stats().unwrap().decode_errors,
+            errors,
+            "no decode"
+        );
         // Its index entries still go with it: they were kept at insert.
         assert!(c.discard(&key("undecodable")));
         assert_eq!(keys_of(&c, "by_val", "v"), ["fine"]);

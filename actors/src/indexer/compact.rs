@@ -14,7 +14,7 @@
 use std::cell::RefCell;
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use zstd::zstd_safe::{self, CCtx, CDict, DCtx, DDict};
 
@@ -60,7 +60,9 @@ impl CompactOptions {
     }
 
     /// Learns a dictionary of `size` bytes from the first `objects` objects
-    /// stored; objects stored before it exists are compressed without one.
+    /// stored (or fewer: the samples hold at most 100 × `size` bytes, each
+    /// at most `size`); objects stored before it exists are compressed
+    /// without one.
     pub fn dictionary(mut self, objects: usize, size: usize) -> Self {
         self.train_after = objects.max(8);
         self.dictionary_size = size.max(256);
@@ -200,7 +202,7 @@ impl<K> Codec<K> {
         thread_local! {
             static JSON: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
         }
-        JSON.with_borrow_mut(|json| {
+        let decoded = JSON.with_borrow_mut(|json| {
             entry.data.decompress_into(json)?;
             // A decoder that panics (a user's codec, a `Deserialize` impl)
             // reads as an undecodable entry, as the encoder's panics do.
@@ -217,7 +219,11 @@ impl<K> Codec<K> {
                 *json = Vec::new();
             }
             decoded
-        })
+        });
+        if decoded.is_err() {
+            entry.undecodable.store(true, Ordering::Relaxed);
+        }
+        decoded
     }
 }
 
@@ -343,6 +349,9 @@ pub(crate) struct CompactEntry {
     pub(crate) data: Compressed,
     pub(crate) resource_version: Option<Box<str>>,
     pub(crate) index_values: Box<[Box<[String]>]>,
+    /// Set by the first read that failed to decode it (any thread): such an
+    /// entry is replaced by the next upsert, whatever its resourceVersion.
+    pub(crate) undecodable: AtomicBool,
 }
 
 impl CompactEntry {
@@ -369,6 +378,9 @@ pub(crate) struct Compactor {
     cctx: Option<CCtx<'static>>,
     dictionary: Option<Arc<Dictionary>>,
     samples: Vec<Vec<u8>>,
+    /// Their bytes: learning starts at [`SAMPLES_PER_DICTIONARY_BYTE`] ×
+    /// the dictionary's size, if not at `train_after` samples before.
+    sample_bytes: usize,
     /// The dictionary being learned on another thread.
     learning: Option<std::sync::mpsc::Receiver<Result<Dictionary, String>>>,
 }
@@ -389,6 +401,7 @@ impl Compactor {
             cctx: Some(CCtx::try_create().ok_or(CompactError::Zstd("no compression context"))?),
             dictionary: None,
             samples: Vec::new(),
+            sample_bytes: 0,
             learning: None,
         })
     }
@@ -401,6 +414,7 @@ impl Compactor {
             cctx: None,
             dictionary: None,
             samples: Vec::new(),
+            sample_bytes: 0,
             learning: None,
         }
     }
@@ -449,10 +463,14 @@ impl Compactor {
             self.poll_learning();
             return;
         }
-        self.samples.push(json.to_vec());
-        if self.samples.len() < self.options.train_after {
+        let sample = dictionary_sample(json, self.options.dictionary_size).into_owned();
+        self.sample_bytes += sample.len();
+        self.samples.push(sample);
+        let budget = SAMPLES_PER_DICTIONARY_BYTE * self.options.dictionary_size;
+        if self.samples.len() < self.options.train_after && self.sample_bytes < budget {
             return;
         }
+        self.sample_bytes = 0;
         let samples = std::mem::take(&mut self.samples);
         let (size, level) = (self.options.dictionary_size, self.options.level);
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
@@ -499,6 +517,22 @@ impl Compactor {
         self.options.train_after = 0;
         self.learning = None;
     }
+}
+
+/// The samples a dictionary of `size` bytes is learned from hold at most
+/// this many times `size` bytes in all (zstd's guidance: about 100×).
+pub const SAMPLES_PER_DICTIONARY_BYTE: usize = 100;
+
+/// What of one object's JSON is kept as a dictionary sample: all of it up
+/// to `cap` bytes, else its head and its tail (the field names and the
+/// metadata around a large payload: a Secret's `data` comes first), so
+/// 1 MB objects do not hold 1 MB each while a dictionary is learned.
+pub fn dictionary_sample(json: &[u8], cap: usize) -> std::borrow::Cow<'_, [u8]> {
+    if json.len() <= cap {
+        return std::borrow::Cow::Borrowed(json);
+    }
+    let head = cap / 2;
+    std::borrow::Cow::Owned([&json[..head], &json[json.len() - (cap - head)..]].concat())
 }
 
 /// Learns a dictionary of at most `size` bytes from `samples`.
@@ -590,6 +624,7 @@ mod tests {
                 data: c.compress(&json).unwrap(),
                 resource_version: None,
                 index_values: Box::new([]),
+                undecodable: AtomicBool::new(false),
             };
             (cm, entry)
         };
@@ -623,6 +658,36 @@ mod tests {
         assert!(matches!(z.decompress(), Err(CompactError::Zstd(_))));
         z.bytes = Box::new([1, 2, 3]);
         assert!(z.decompress().is_err());
+    }
+
+    /// Large objects are sampled by head and tail, and learning starts once
+    /// the samples hold 100 × the dictionary's size, not at the count: 1 MB
+    /// Secrets never hold 256 MB while a dictionary is learned.
+    #[test]
+    fn learning_holds_a_bounded_number_of_bytes() {
+        let big = |i: usize| {
+            format!(
+                r#"{{"data":"{}","metadata":{{"name":"s-{i}"}}}}"#,
+                "A".repeat(64 * 1024)
+            )
+            .into_bytes()
+        };
+        let seventh = big(7);
+        let sample = dictionary_sample(&seventh, 1024);
+        assert_eq!(sample.len(), 1024);
+        assert!(sample.ends_with(br#""s-7"}}"#) && sample.starts_with(br#"{"data":"A"#));
+        assert!(matches!(
+            dictionary_sample(b"{}", 1024),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        let mut c = Compactor::new(CompactOptions::new().dictionary(256, 1024)).unwrap();
+        for i in 0..100 {
+            c.compress(&big(i)).unwrap();
+            assert!(c.samples.iter().all(|s| s.len() <= 1024));
+            assert!(c.samples.iter().map(Vec::len).sum::<usize>() <= 100 * 1024);
+        }
+        assert!(c.samples.is_empty(), "learning started at the byte budget");
+        assert!(c.is_learning() || c.has_dictionary() || c.options.train_after == 0);
     }
 
     #[test]
