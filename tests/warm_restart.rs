@@ -249,6 +249,7 @@ async fn bookmarks_advance_the_snapshot_while_nothing_it_holds_changes() {
     converges(&server, &log, "the informer's view").await;
     snapshot_caught_up(&server, &informer, "the first snapshot").await;
     let before = informer.persistence().unwrap();
+    server.create_namespace("elsewhere").unwrap();
     for i in 0..5 {
         server
             .create(

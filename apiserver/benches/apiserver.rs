@@ -24,7 +24,9 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 fn server() -> ServerHandle {
-    ApiServer::start_in_thread(ServerConfig::default()).expect("server")
+    let server = ApiServer::start_in_thread(ServerConfig::default()).expect("server");
+    server.create_namespace("fan").expect("namespace");
+    server
 }
 
 /// Read a whole list response; returns the body size.

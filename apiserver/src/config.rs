@@ -29,8 +29,14 @@ pub struct ServerConfig {
     /// Events a watcher may lag behind before its stream is closed (cleanly while
     /// the history covers what it missed, else with a 410). Default 10 000.
     pub watch_buffer: usize,
-    /// Namespaces created at start-up (like a fresh cluster). Default: default, kube-system, kube-public.
+    /// Namespaces created at start-up (like a fresh cluster). Default: default, kube-system,
+    /// kube-public, kube-node-lease.
     pub initial_namespaces: Vec<String>,
+    /// As a real server, a create in a namespace that does not exist answers 404, and one
+    /// in a namespace being deleted 403; a deleted namespace is `Terminating` until all
+    /// its content is deleted. `true`: a create in a missing namespace creates it first
+    /// (for tests that do not care). Default false.
+    pub auto_create_namespaces: bool,
     /// Upper bound on a watch's lifetime when the client gives no `timeoutSeconds`. Default 30 min.
     pub max_watch_timeout: Duration,
     /// Serve HTTPS with these certificates. Default `None`: plain HTTP.
@@ -61,7 +67,13 @@ impl Default for ServerConfig {
             too_large_rv_wait: Duration::from_secs(3),
             resources: ResourceType::defaults(),
             watch_buffer: 10_000,
-            initial_namespaces: vec!["default".into(), "kube-system".into(), "kube-public".into()],
+            initial_namespaces: vec![
+                "default".into(),
+                "kube-system".into(),
+                "kube-public".into(),
+                "kube-node-lease".into(),
+            ],
+            auto_create_namespaces: false,
             max_watch_timeout: Duration::from_secs(30 * 60),
             tls: None,
             auth: None,

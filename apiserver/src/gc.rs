@@ -310,6 +310,7 @@ mod tests {
             StoreOptions {
                 managed_fields: false,
                 garbage_collection: true,
+                ..StoreOptions::default()
             },
         )
     }

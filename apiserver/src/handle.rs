@@ -88,6 +88,8 @@ async fn start_parts(config: ServerConfig) -> Result<Started, ServerError> {
         crate::store::StoreOptions {
             managed_fields: config.managed_fields,
             garbage_collection: config.garbage_collection,
+            namespace_lifecycle: true,
+            auto_create_namespaces: config.auto_create_namespaces,
         },
     ));
     let mut tls_config = config.tls.clone();
@@ -368,7 +370,15 @@ impl ServerHandle {
             .unwrap_or(0)
     }
 
-    /// Create `count` deterministic ~1.3 KB ConfigMaps `seed-000000..` in `namespace`.
+    /// Create namespace `name` unless it exists (what `kubectl create namespace` does
+    /// before a test's objects go in: a create in a missing namespace answers 404).
+    /// Answers whether it created it.
+    pub fn create_namespace(&self, name: &str) -> Result<bool, ApiError> {
+        self.inner.store.ensure_namespace(name)
+    }
+
+    /// Create `count` deterministic ~1.3 KB ConfigMaps `seed-000000..` in `namespace`
+    /// (created first if missing).
     pub fn seed_configmaps(&self, namespace: &str, count: usize) -> Result<(), ApiError> {
         seed_configmaps_fast(&self.inner.store, namespace, count)
     }

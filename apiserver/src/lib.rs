@@ -56,6 +56,7 @@ pub mod kubeconfig;
 pub mod load;
 pub mod managed_fields;
 pub mod names;
+pub mod namespace;
 pub mod negotiate;
 pub mod object;
 pub mod openapi;

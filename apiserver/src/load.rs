@@ -48,6 +48,9 @@ pub fn seed_configmaps_fast(store: &Store, namespace: &str, count: usize) -> Res
             "invalid namespace \"{namespace}\""
         )));
     }
+    if let Some(rt) = store.registry().types().get(res) {
+        store.open_namespace_for(rt, namespace)?;
+    }
     let created = crate::object::now_timestamp();
     // What the generic create path records for these fields (see `managed_fields`).
     let managed = if store.options().managed_fields {
@@ -309,6 +312,9 @@ pub fn start_churn(
             Reason::BadRequest,
             "ops_per_sec must be positive",
         ));
+    }
+    if let Some(rt) = store.registry().types().get(res) {
+        store.open_namespace_for(rt, &spec.namespace)?;
     }
     let stop = Arc::new(AtomicBool::new(false));
     let op_lock = Arc::new(Mutex::new(()));

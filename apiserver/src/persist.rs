@@ -435,6 +435,7 @@ impl DataDir {
             store.restore(loaded.rv.max(1), restored);
             if crds {
                 store.sync_crd_types();
+                store.sync_namespaces();
             }
         }
         tracing::info!(dir = %self.dir.display(), objects = count, rv = loaded.rv, "loaded the data dir");

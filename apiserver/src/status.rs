@@ -141,6 +141,41 @@ impl ApiError {
         .with_details(details(group, plural, name))
     }
 
+    /// `<plural> "<name>" is forbidden: <why>` (`<plural> is forbidden: …`
+    /// without a name), as the real server's admission answers.
+    pub fn forbidden(group: &str, plural: &str, name: &str, why: &str) -> Self {
+        let what = qualified(group, plural);
+        let message = if name.is_empty() {
+            format!("{what} is forbidden: {why}")
+        } else {
+            format!("{what} \"{name}\" is forbidden: {why}")
+        };
+        Self::new(Reason::Forbidden, message).with_details(details(group, plural, name))
+    }
+
+    /// A create in a namespace being deleted (NamespaceLifecycle's answer).
+    pub fn namespace_terminating(group: &str, plural: &str, name: &str, namespace: &str) -> Self {
+        let mut e = Self::forbidden(
+            group,
+            plural,
+            name,
+            &format!(
+                "unable to create new content in namespace {namespace} because it is being terminated"
+            ),
+        );
+        if let Some(d) = e.details.as_mut().and_then(Value::as_object_mut) {
+            d.insert(
+                "causes".into(),
+                json!([{
+                    "reason": "NamespaceTerminating",
+                    "message": format!("namespace {namespace} is being terminated"),
+                    "field": "metadata.namespace"
+                }]),
+            );
+        }
+        e
+    }
+
     /// `<plural> "<name>" already exists`.
     pub fn already_exists(group: &str, plural: &str, name: &str) -> Self {
         Self::new(

@@ -95,6 +95,13 @@ pub struct StoreOptions {
     pub managed_fields: bool,
     /// Run the ownerReferences garbage collector (and honour `propagationPolicy`).
     pub garbage_collection: bool,
+    /// Follow a real server's namespace lifecycle (`namespace.rs`): no
+    /// create in a missing or terminating namespace, deleted namespaces
+    /// terminate until empty. Off for a bare store, on for a server.
+    pub namespace_lifecycle: bool,
+    /// With the lifecycle on: a create in a missing namespace creates it
+    /// first instead of answering 404.
+    pub auto_create_namespaces: bool,
 }
 
 impl Default for StoreOptions {
@@ -102,6 +109,8 @@ impl Default for StoreOptions {
         StoreOptions {
             managed_fields: true,
             garbage_collection: false,
+            namespace_lifecycle: false,
+            auto_create_namespaces: false,
         }
     }
 }

@@ -12,6 +12,7 @@ use crate::delete::{DeleteOptions, DeletePreconditions, Propagation};
 use crate::history::EventKind;
 use crate::key::ObjKey;
 use crate::managed_fields::{self, FieldWrite, Operation};
+use crate::namespace;
 use crate::object::{self, ObjectRecord, set_resource_version};
 use crate::resource::{ResourceType, StatusRule};
 use crate::schema;
@@ -137,7 +138,7 @@ fn terminating(rt: &ResourceType) -> ApiError {
 }
 
 impl Store {
-    fn served_locked(&self, res: usize) -> Result<Arc<ResourceType>, ApiError> {
+    pub(crate) fn served_locked(&self, res: usize) -> Result<Arc<ResourceType>, ApiError> {
         self.rt(res)
     }
 
@@ -245,6 +246,9 @@ impl Store {
         let version = version_of(&rt, opts);
         check_body(&rt, version, &mut body)?;
         let ns = resolve_namespace(&rt, &mut body, namespace)?;
+        // Admission (NamespaceLifecycle) answers before validation does.
+        let requested = body_name(&body).ok().flatten().unwrap_or_default();
+        self.admit_create(&mut self.inner.lock(), &rt, &ns, &requested, opts.dry_run)?;
         let name = resolve_name_for_create(&rt, &mut body)?;
         validate_metadata(&rt, &body, &name)?;
         self.validate_custom(&rt, version, &body, &name)?;
@@ -256,6 +260,8 @@ impl Store {
         let key = ObjKey::new(&ns, &name);
         let mut inner = self.inner.lock();
         let rt = self.served_locked(res)?;
+        // Again under this lock: the namespace may have gone meanwhile.
+        self.admit_create(&mut inner, &rt, &ns, &requested, opts.dry_run)?;
         if inner.objects.get(res).is_some_and(|m| m.contains_key(&key)) {
             return Err(ApiError::already_exists(&rt.group, &rt.plural, &name));
         }
@@ -270,6 +276,9 @@ impl Store {
         }
         let rv = inner.rv + 1;
         object::stamp_new(&rt, &mut body, rv);
+        if namespace::is_namespace_type(&rt) {
+            namespace::prepare_create(&mut body);
+        }
         let mut conflict = None;
         if let Some(defined) = &defined {
             object::add_finalizer(&mut body, CLEANUP_FINALIZER);
@@ -515,6 +524,9 @@ impl Store {
         if crd::is_crd_type(rt) {
             self.crd_status_for_update(inner, &old, &mut new)?;
         }
+        if namespace::is_namespace_type(rt) {
+            namespace::prepare_update(&old, &mut new);
+        }
         if self.options.managed_fields {
             managed_fields::carry(&old, &mut new);
         }
@@ -532,12 +544,16 @@ impl Store {
             .and_then(Value::as_u64)
             .unwrap_or(0)
             == 0;
-        let (kind, mut stored) =
-            if object::deletion_requested(&new) && !object::has_finalizers(&new) && no_grace {
-                (EventKind::Deleted, old)
-            } else {
-                (EventKind::Modified, new)
-            };
+        let held = namespace::is_namespace_type(rt) && namespace::held(&new);
+        let (kind, mut stored) = if object::deletion_requested(&new)
+            && !object::has_finalizers(&new)
+            && no_grace
+            && !held
+        {
+            (EventKind::Deleted, old)
+        } else {
+            (EventKind::Modified, new)
+        };
         set_resource_version(&mut stored, rv);
         let record = Arc::new(ObjectRecord::from_value(key.clone(), &stored)?);
         let record =
@@ -598,9 +614,33 @@ impl Store {
         Ok(())
     }
 
-    /// What a committed write does beyond the object: a CRD's type follows its CRD, and the
-    /// deletion of a CRD (or of the last object it waits for) proceeds.
+    /// What a committed write does beyond the object: a CRD's type follows its CRD, the
+    /// deletion of a CRD (or of the last object it waits for) proceeds, and so does the
+    /// deletion of a namespace (or of the last object in it).
     fn after_write(
+        &self,
+        inner: &mut Inner,
+        rt: &ResourceType,
+        res: usize,
+        key: &ObjKey,
+        kind: EventKind,
+    ) {
+        self.after_crd_write(inner, rt, res, key, kind);
+        if !self.options.namespace_lifecycle {
+            return;
+        }
+        if namespace::is_namespace_type(rt) && kind == EventKind::Modified {
+            self.namespace_cleanup(inner, &key.name);
+        } else if rt.namespaced
+            && kind == EventKind::Deleted
+            && self.namespace_terminating(inner, &key.namespace)
+        {
+            self.namespace_cleanup(inner, &key.namespace);
+        }
+    }
+
+    /// The CRD part of [`after_write`](Self::after_write).
+    pub(crate) fn after_crd_write(
         &self,
         inner: &mut Inner,
         rt: &ResourceType,
@@ -783,7 +823,7 @@ impl Store {
         Ok(deletion)
     }
 
-    fn delete_locked(
+    pub(crate) fn delete_locked(
         &self,
         inner: &mut Inner,
         rt: &ResourceType,
@@ -794,6 +834,17 @@ impl Store {
         let Some(existing) = inner.objects.get(res).and_then(|m| m.get(key)).cloned() else {
             return Err(ApiError::not_found(&rt.group, &rt.plural, &key.name));
         };
+        // The namespace controller's finalizer holds a namespace's deletion
+        // until it is empty (see `namespace.rs`).
+        let lifecycle = self.options.namespace_lifecycle && namespace::is_namespace_type(rt);
+        if lifecycle && namespace::IMMORTAL.contains(&&*key.name) {
+            return Err(ApiError::forbidden(
+                "",
+                "namespaces",
+                &key.name,
+                "this namespace may not be deleted",
+            ));
+        }
         let pre = &opts.preconditions;
         if let Some(uid) = &pre.uid
             && *uid != existing.uid
@@ -834,7 +885,9 @@ impl Store {
             // Already being deleted: a propagation policy may add its finalizer, and
             // `gracePeriodSeconds=0` ends a grace period; anything else changes nothing.
             let adds = gc_finalizer.filter(|f| !object::finalizers(&current).contains(f));
-            let force = opts.grace_period_seconds == Some(0) && !object::has_finalizers(&current);
+            let force = opts.grace_period_seconds == Some(0)
+                && !object::has_finalizers(&current)
+                && !(lifecycle && namespace::held(&current));
             if force {
                 EventKind::Deleted
             } else if let Some(f) = adds {
@@ -852,7 +905,10 @@ impl Store {
                 object::add_finalizer(&mut current, f);
             }
             let grace = grace_period(rt, &current, opts.grace_period_seconds);
-            if object::has_finalizers(&current) || grace.is_some() {
+            if lifecycle && namespace::held(&current) {
+                namespace::mark_terminating(&mut current);
+                EventKind::Modified
+            } else if object::has_finalizers(&current) || grace.is_some() {
                 object::mark_for_deletion(&mut current, grace.unwrap_or(0));
                 if crd::is_crd_type(rt) {
                     let registered = inner.crd_types.contains_key(&*key.name);

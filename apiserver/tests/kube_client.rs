@@ -131,6 +131,9 @@ async fn crud_patch_and_errors() {
 #[tokio::test]
 async fn pagination_selectors_and_delete_collection() {
     let server = start().await;
+    for ns in ["ns1", "ns2"] {
+        server.create_namespace(ns).unwrap();
+    }
     for i in 0..25 {
         let tier = if i % 2 == 0 { "even" } else { "odd" };
         server

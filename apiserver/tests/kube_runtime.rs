@@ -94,6 +94,7 @@ async fn converges(server: &ServerHandle, mirror: &Arc<Mutex<Mirror>>, what: &st
 
 async fn scenario(config: watcher::Config) {
     let server = start().await;
+    server.create_namespace("churn").unwrap();
     for i in 0..30 {
         server
             .create(

@@ -230,6 +230,7 @@ fn create_get_apply_patch_delete() {
 #[test]
 fn label_selectors() {
     let k = Kubectl::start();
+    k.ok(&["create", "namespace", "sel"]);
     for (name, app, tier) in [
         ("a", "web", "front"),
         ("b", "web", "back"),
@@ -281,6 +282,7 @@ fn label_selectors() {
 #[test]
 fn get_watch_sees_live_changes() {
     let k = Kubectl::start();
+    k.ok(&["create", "namespace", "watched"]);
     k.ok(&["create", "configmap", "before", "-n", "watched"]);
     let mut child = k
         .command(&["get", "cm", "-n", "watched", "-w", "-o", "name"])

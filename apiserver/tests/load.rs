@@ -59,6 +59,7 @@ async fn a_100k_list_streams_without_stalling_other_requests() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hundred_watchers_all_get_every_event() {
     let server = start().await;
+    server.create_namespace("fan").unwrap();
     let rv = server.resource_version();
     let url = format!(
         "{}/api/v1/namespaces/fan/configmaps?watch=1&resourceVersion={rv}",

@@ -46,7 +46,7 @@ async fn a_second_server_on_the_same_data_dir_has_the_same_objects_and_counter()
     assert_eq!(second.list("", "configmaps", None), objects);
     assert_eq!(second.resource_version(), rv);
     // Namespaces were restored, not created again.
-    assert_eq!(second.list("", "namespaces", None).len(), 3);
+    assert_eq!(second.list("", "namespaces", None).len(), 4);
     let created = second
         .create("", "configmaps", Some("default"), cm("after", &[]))
         .unwrap();

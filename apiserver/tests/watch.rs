@@ -18,6 +18,7 @@ fn cms(server: &kinformer_apiserver::ServerHandle) -> String {
 #[tokio::test]
 async fn replays_history_after_the_start_rv_in_order() {
     let server = start().await;
+    server.create_namespace("other").unwrap();
     let start_rv = server.resource_version();
     server
         .create("", "configmaps", Some("default"), cm("a", &[]))
@@ -299,6 +300,7 @@ async fn timeout_ends_the_stream_with_one_bookmark_before_it_when_idle() {
 #[tokio::test]
 async fn legacy_watch_paths() {
     let server = start().await;
+    server.create_namespace("other").unwrap();
     let rv = server.resource_version();
     let u = server.url();
     let mut all =

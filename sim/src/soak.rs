@@ -271,6 +271,7 @@ pub async fn soak(config: SoakConfig, progress: impl Fn(&str)) -> anyhow::Result
         history_limit: 10_000,
         ..ServerConfig::default()
     })?;
+    server.create_namespace(NAMESPACE)?;
     let client = client_for(&server)?;
     let informer = Informer::builder(kube::Api::<ConfigMap>::namespaced(client, NAMESPACE))
         .backoff(Backoff::new(

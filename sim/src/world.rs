@@ -160,8 +160,12 @@ impl World {
         Self::with_server(ApiServer::start_in_thread(server_config())?)
     }
 
-    /// A world around a server already running.
+    /// A world around a server already running (its namespaces created,
+    /// as a test would before writing into them).
     pub fn with_server(server: ServerHandle) -> anyhow::Result<World> {
+        for namespace in crate::schedule::NAMESPACES {
+            server.create_namespace(namespace)?;
+        }
         let client = client_for(&server)?;
         Ok(World {
             server,

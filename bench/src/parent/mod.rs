@@ -195,6 +195,7 @@ pub fn server() -> anyhow::Result<ServerHandle> {
 
 /// Seeds `n` objects of `kind` into `namespace`.
 pub fn seed(server: &ServerHandle, kind: Kind, namespace: &str, n: usize) -> anyhow::Result<()> {
+    server.create_namespace(namespace)?;
     match kind {
         Kind::ConfigMap => server.seed_configmaps(namespace, n)?,
         Kind::Pod => {
@@ -222,6 +223,7 @@ pub fn seed_churn_of(
     namespace: &str,
     n: usize,
 ) -> anyhow::Result<Vec<serde_json::Value>> {
+    server.create_namespace(namespace)?;
     let mut templates = Vec::with_capacity(n);
     for i in 0..n {
         let object = match kind {

@@ -25,6 +25,7 @@ fn outage(server: &ServerHandle, n: usize, changes: bool) -> anyhow::Result<(u64
     // after compaction even an informer that saw every change of its own
     // namespace holds a resourceVersion that is gone (a watch from it gets 410).
     let marker = serde_json::json!({"metadata": {"name": format!("outage-{}", crate::objects::now_nanos())}});
+    server.create_namespace("elsewhere")?;
     server.create("", "configmaps", Some("elsewhere"), marker)?;
     let (mut modified, mut deleted) = (0, 0);
     // Unique per outage: the server (like Kubernetes) ignores updates that change nothing.
