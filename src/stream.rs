@@ -79,7 +79,9 @@ impl<K: Object, T> Stream for EventStream<K, T> {
 impl<K: Object, T> Drop for EventStream<K, T> {
     fn drop(&mut self) {
         // Before the feed is dropped (below, with the fields): the Indexer
-        // forgets this subscriber as unsubscribed, not lost.
+        // forgets this subscriber as unsubscribed, and the listener does not
+        // take a call in flight failing for a lost subscriber.
+        self.feed.unsubscribing();
         self.subscription.unsubscribe_now();
     }
 }

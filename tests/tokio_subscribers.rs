@@ -57,6 +57,10 @@ async fn a_dropped_stream_unsubscribes() {
     let stream = consumer.await.unwrap();
     sub.wait_for_sync(SYNC).await.unwrap();
     assert_eq!(informer.stats().subscribers, 2);
+    // A call in flight when the stream goes (pushed, not taken): its
+    // failure is the unsubscribe, not a lost subscriber.
+    create(&server, "unread", "1");
+    eventually(SETTLE, "a call in flight", || sub.stats().in_flight == 1).await;
     drop(stream);
     eventually(SETTLE, "the dropped stream's subscriber is removed", || {
         informer.stats().subscribers == 1
@@ -67,6 +71,7 @@ async fn a_dropped_stream_unsubscribes() {
         0,
         "unsubscribed, not lost"
     );
+    assert!(!sub.is_gone(), "unsubscribed, not gone");
     create(&server, "after", "1");
     converges(&server, &other_log, "the other subscriber goes on").await;
     assert_eq!(sub.stats().delivered, 20);

@@ -170,8 +170,10 @@ impl<K: Send + Sync + 'static> Listener<K> {
 
     /// The subscriber is gone (its actor stopped, its function panicked).
     fn lost(&mut self, why: impl std::fmt::Display, ctx: &mut Context<Self>) {
-        tracing::warn!(subscriber = %self.id, %why, "subscriber is gone; removing its listener");
-        self.stats.gone.store(true, Ordering::Relaxed);
+        if !self.sink.unsubscribed() {
+            tracing::warn!(subscriber = %self.id, %why, "subscriber is gone; removing its listener");
+            self.stats.gone.store(true, Ordering::Relaxed);
+        }
         ctx.stop();
     }
 
@@ -451,6 +453,46 @@ mod tests {
         assert_eq!(got, want);
         assert_eq!(stats.delivered.load(Ordering::SeqCst), 5);
         assert_eq!(stats.pending.load(Ordering::SeqCst), 0);
+    }
+
+    /// A feed consumer that goes while a call is in flight: gone (lost) when
+    /// it just went, not when it said it was unsubscribing first.
+    #[actix::test]
+    async fn a_feed_dropped_with_a_call_in_flight_is_lost_only_without_unsubscribing() {
+        for unsubscribing in [false, true] {
+            let (feed, rx) = crate::listener::feed::<Event<ConfigMap>>();
+            let stats = Arc::new(ListenerStats::default());
+            let listener = Listener::new(
+                SubscriberId(1),
+                Target::Feed { feed, depth: 1 },
+                ListenerOptions {
+                    policy: OverflowPolicy::Block,
+                    capacity: 4,
+                },
+                watch::channel(false).0,
+                stats.clone(),
+            )
+            .start();
+            let objects = vec![(ObjectKey::from("a"), at_rv("a", "1"))];
+            listener
+                .send(crate::listener::fixtures::replay_of(objects))
+                .await
+                .unwrap();
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            while stats.in_flight.load(Ordering::SeqCst) == 0 {
+                assert!(std::time::Instant::now() < deadline, "a call in flight");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            if unsubscribing {
+                rx.unsubscribing();
+            }
+            drop(rx);
+            while listener.connected() {
+                assert!(std::time::Instant::now() < deadline, "the listener stops");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            assert_eq!(stats.gone.load(Ordering::SeqCst), !unsubscribing);
+        }
     }
 
     /// The answer to a sweep the lane cannot take is held, and its timer

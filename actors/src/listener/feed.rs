@@ -27,6 +27,8 @@ struct Shared {
     waker: AtomicWaker,
     /// The consumer is gone: calls in flight are answered as failed.
     closed: AtomicBool,
+    /// It went by unsubscribing (not lost): set before `closed`.
+    unsubscribed: AtomicBool,
 }
 
 /// The listener's end of a feed.
@@ -89,6 +91,12 @@ impl<M> FeedSender<M> {
         }
     }
 
+    /// Whether the consumer went by unsubscribing ([`FeedReceiver::unsubscribing`]):
+    /// a call that failed because of it is not a lost subscriber.
+    pub fn unsubscribed(&self) -> bool {
+        self.shared.unsubscribed.load(Ordering::SeqCst)
+    }
+
     /// Whether the consumer is still there.
     pub fn is_connected(&self) -> bool {
         !self.shared.closed.load(Ordering::SeqCst) && !self.tx.is_closed()
@@ -96,6 +104,12 @@ impl<M> FeedSender<M> {
 }
 
 impl<M> FeedReceiver<M> {
+    /// The consumer is about to go by unsubscribing: calls in flight will
+    /// fail, and the listener must not take that for a lost subscriber.
+    pub fn unsubscribing(&self) {
+        self.shared.unsubscribed.store(true, Ordering::SeqCst);
+    }
+
     /// The next call; asking for it counts the previous one as taken.
     /// `None` once the listener is gone.
     pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<M>> {

@@ -77,6 +77,16 @@ impl<K: Send + Sync + 'static> Sink<K> {
         matches!(self, Sink::Inline(_))
     }
 
+    /// Whether a failed call means the subscriber unsubscribed (a stream
+    /// dropped while a call was in flight), not that it was lost.
+    pub(super) fn unsubscribed(&self) -> bool {
+        match self {
+            Sink::EventFeed(feed) => feed.unsubscribed(),
+            Sink::BatchFeed(feed) => feed.unsubscribed(),
+            _ => false,
+        }
+    }
+
     /// Inline only: calls the function with each event of the next call (at
     /// most `limit` events), in order, and returns what the call carried (`None` when nothing is due,
     /// or for any other sink). A run of a shared chunk at the front is read
