@@ -168,12 +168,10 @@ impl<K: Send + Sync + 'static> Listener<K> {
         }
     }
 
-    /// The subscriber is gone (its actor stopped, its function panicked).
+    /// The subscriber is gone (its actor stopped, its function panicked),
+    /// or unsubscribed while a call was in flight (not lost).
     fn lost(&mut self, why: impl std::fmt::Display, ctx: &mut Context<Self>) {
-        if !self.sink.unsubscribed() {
-            tracing::warn!(subscriber = %self.id, %why, "subscriber is gone; removing its listener");
-            self.stats.gone.store(true, Ordering::Relaxed);
-        }
+        self.stats.lost(self.id, &why, self.sink.unsubscribed());
         ctx.stop();
     }
 

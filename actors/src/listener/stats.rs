@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use tokio::sync::watch;
 
 use super::delivery::{Delivery, Sent};
+use crate::subscriber::SubscriberId;
 
 /// Live counters of one listener, written by the listener only.
 #[derive(Debug, Default)]
@@ -40,6 +41,14 @@ impl ListenerStats {
         self.coalesced
             .store(delivery.coalesced(), Ordering::Relaxed);
         synced.set_unless_gone(delivery.has_synced(), self.gone.load(Ordering::Relaxed));
+    }
+
+    /// The subscriber is gone: logged and marked, unless it `unsubscribed`.
+    pub(super) fn lost(&self, id: SubscriberId, why: &dyn std::fmt::Display, unsubscribed: bool) {
+        if !unsubscribed {
+            tracing::warn!(subscriber = %id, %why, "subscriber is gone; removing its listener");
+            self.gone.store(true, Ordering::Relaxed);
+        }
     }
 
     /// A handler call returned: the subscriber handled what it carried.
