@@ -5,7 +5,6 @@
 //! place or held, the resync answer's timer, stats, credit and sync channel.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use actix::prelude::*;
 use futures::channel::oneshot;
@@ -304,6 +303,7 @@ mod inline_tests;
 mod tests {
     use super::*;
     use crate::event::{Cause, Event, EventBatch};
+    use std::sync::atomic::Ordering;
     use crate::key::ObjectKey;
     use crate::listener::messages::RESYNC_LANE_LOW;
     use crate::listener::queue::OverflowPolicy;
