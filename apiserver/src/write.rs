@@ -508,6 +508,20 @@ impl Store {
         }
         validate_metadata(rt, &new, &key.name)?;
         self.validate_custom(rt, &version, &new, &key.name)?;
+        // A uid that differs is refused as the real server's metadata
+        // validation does (an update's body uid was a precondition before).
+        if let Some(uid) = new.pointer("/metadata/uid").and_then(Value::as_str)
+            && !uid.is_empty()
+            && uid != existing.uid
+        {
+            return Err(ApiError::invalid(
+                &rt.kind,
+                &key.name,
+                "metadata.uid",
+                "FieldValueInvalid",
+                &format!("Invalid value: \"{uid}\": field is immutable"),
+            ));
+        }
         // As the real server: an object being deleted takes no new finalizers.
         if object::deletion_requested(&old) {
             let before = object::finalizers(&old);

@@ -530,7 +530,8 @@ async fn discovery_documents() {
 
 /// As the real server: a create naming a resourceVersion is refused (500,
 /// from storage), and an update whose body names another object's uid (the
-/// one deleted and created again under its name) is a 409 precondition.
+/// one deleted and created again under its name) is a 409 precondition; a
+/// patch that changes the uid is a 422.
 #[tokio::test]
 async fn a_create_with_a_version_and_an_update_of_another_uid_are_refused() {
     let server = start().await;
@@ -572,4 +573,19 @@ async fn a_create_with_a_version_and_an_update_of_another_uid_are_refused() {
     );
     let ok = json!({"metadata": {"name": "a", "uid": new_uid}, "data": {"k": "fine"}});
     assert_eq!(put_json(&format!("{url}/a"), &ok).await.status, 200);
+    // A patch that changes the uid: 422, the field is immutable (a patch
+    // names no precondition); one that repeats it changes the data.
+    let s = assert_status(
+        &merge_patch(&format!("{url}/a"), &json!({"metadata": {"uid": "other"}})).await,
+        422,
+        "Invalid",
+    );
+    assert_eq!(
+        s["message"],
+        "ConfigMap \"a\" is invalid: metadata.uid: Invalid value: \"other\": field is immutable"
+    );
+    let same = json!({"metadata": {"uid": new_uid}, "data": {"k": "patched"}});
+    let patched = merge_patch(&format!("{url}/a"), &same).await;
+    assert_eq!(patched.status, 200);
+    assert_eq!(patched.json()["data"]["k"], "patched");
 }

@@ -303,12 +303,12 @@ mod inline_tests;
 mod tests {
     use super::*;
     use crate::event::{Cause, Event, EventBatch};
-    use std::sync::atomic::Ordering;
     use crate::key::ObjectKey;
     use crate::listener::messages::RESYNC_LANE_LOW;
     use crate::listener::queue::OverflowPolicy;
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::api::ObjectMeta;
+    use std::sync::atomic::Ordering;
     use std::time::Duration;
 
     fn added(name: &str) -> Event<ConfigMap> {
