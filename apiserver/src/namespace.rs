@@ -107,15 +107,15 @@ impl Store {
 
     /// NamespaceLifecycle for a create of `name` (`""` when generated) of
     /// type `rt` in namespace `ns`: 404 when the namespace does not exist
-    /// (unless the store creates missing namespaces: then it does, but not
-    /// for a dry run), 403 while it is being deleted.
+    /// (unless the store creates missing namespaces: then, if `create`, it
+    /// does, never for a dry run), 403 while it is being deleted.
     pub(crate) fn admit_create(
         &self,
         inner: &mut Inner,
         rt: &ResourceType,
         ns: &str,
         name: &str,
-        dry_run: bool,
+        create: bool,
     ) -> Result<(), ApiError> {
         if !self.options.namespace_lifecycle || !rt.namespaced || ns.is_empty() {
             return Ok(());
@@ -130,7 +130,7 @@ impl Store {
             .cloned();
         match stored {
             None if self.options.auto_create_namespaces => {
-                if !dry_run {
+                if create {
                     self.create_namespace_locked(inner, ns_res, ns)?;
                 }
                 Ok(())
@@ -194,50 +194,59 @@ impl Store {
         Ok(())
     }
 
-    /// Whether namespace `ns` is being deleted.
+    /// Whether namespace `ns` is being deleted. Every namespaced delete
+    /// asks: the stored JSON is parsed only if it names a deletionTimestamp.
     pub(crate) fn namespace_terminating(&self, inner: &Inner, ns: &str) -> bool {
+        const MARK: &[u8] = b"\"deletionTimestamp\"";
         self.namespace_res()
             .and_then(|r| inner.objects.get(r))
             .and_then(|m| m.get(&ObjKey::new("", ns)))
+            .filter(|r| r.json.windows(MARK.len()).any(|w| w == MARK))
             .and_then(|r| r.parsed().ok())
             .is_some_and(|v| object::deletion_requested(&v))
     }
 
-    /// The namespace controller's work on namespace `ns`, if it is being
-    /// deleted and still held by [`NAMESPACE_FINALIZER`]: deletes what is
-    /// in it (in the background, as the real controller does); once nothing
-    /// is left, removes the finalizer, and the namespace with it unless
-    /// other finalizers hold it.
-    pub(crate) fn namespace_cleanup(&self, inner: &mut Inner, ns: &str) {
-        let Some(ns_res) = self.namespace_res() else {
-            return;
-        };
-        let key = ObjKey::new("", ns);
-        let Some(stored) = inner.objects.get(ns_res).and_then(|m| m.get(&key)).cloned() else {
-            return;
-        };
-        let Ok(value) = stored.parsed() else {
-            return;
-        };
-        if !object::deletion_requested(&value)
-            || !spec_finalizers(&value).contains(&NAMESPACE_FINALIZER)
-        {
-            return;
-        }
-        let types: Vec<(usize, Arc<ResourceType>)> = self
-            .registry()
+    /// The namespace `ns` being deleted and held by [`NAMESPACE_FINALIZER`],
+    /// as stored.
+    fn held_namespace(&self, inner: &Inner, ns: &str) -> Option<(usize, Arc<ObjectRecord>, Value)> {
+        let ns_res = self.namespace_res()?;
+        let stored = inner
+            .objects
+            .get(ns_res)?
+            .get(&ObjKey::new("", ns))?
+            .clone();
+        let value = stored.parsed().ok()?;
+        (object::deletion_requested(&value)
+            && spec_finalizers(&value).contains(&NAMESPACE_FINALIZER))
+        .then_some((ns_res, stored, value))
+    }
+
+    fn namespaced_types(&self) -> Vec<(usize, Arc<ResourceType>)> {
+        self.registry()
             .types()
             .iter()
             .cloned()
             .enumerate()
             .filter(|(_, rt)| rt.namespaced)
-            .collect();
+            .collect()
+    }
+
+    /// The namespace controller's work on namespace `ns`, if it is being
+    /// deleted and still held by [`NAMESPACE_FINALIZER`]: deletes what is
+    /// in it (in the background, as the real controller does, and at once:
+    /// no kubelet finishes a Pod's grace period here), then
+    /// [`namespace_content_gone`](Self::namespace_content_gone).
+    pub(crate) fn namespace_cleanup(&self, inner: &mut Inner, ns: &str) {
+        if self.held_namespace(inner, ns).is_none() {
+            return;
+        }
         let options = DeleteOptions {
             propagation: Some(Propagation::Background),
+            grace_period_seconds: Some(0),
             ..DeleteOptions::default()
         };
-        let in_ns = |inner: &Inner, res: usize| -> Vec<Arc<ObjectRecord>> {
-            inner
+        for (res, rt) in self.namespaced_types() {
+            let content: Vec<Arc<ObjectRecord>> = inner
                 .objects
                 .get(res)
                 .map(|m| {
@@ -246,17 +255,10 @@ impl Store {
                         .map(|(_, r)| r.clone())
                         .collect()
                 })
-                .unwrap_or_default()
-        };
-        let mut left = false;
-        for (res, rt) in types {
-            for record in in_ns(inner, res) {
-                if record
-                    .parsed()
-                    .is_ok_and(|v| object::deletion_requested(&v))
-                {
-                    continue;
-                }
+                .unwrap_or_default();
+            // Marked ones too: a grace period nobody ends here ends now;
+            // finalizers keep holding theirs.
+            for record in content {
                 match self.delete_locked(inner, &rt, res, &record.key, &options) {
                     Ok((_, Some(kind))) => self.after_crd_write(inner, &rt, res, &record.key, kind),
                     Ok((_, None)) => {}
@@ -265,11 +267,30 @@ impl Store {
                     }
                 }
             }
-            left |= !in_ns(inner, res).is_empty();
         }
+        self.namespace_content_gone(inner, ns);
+    }
+
+    /// Once nothing is left in terminating namespace `ns` (what the cleanup
+    /// did not delete at once is marked, held by finalizers, and nothing new
+    /// goes in: a look per type, no object read), removes
+    /// [`NAMESPACE_FINALIZER`], and the namespace with it unless other
+    /// finalizers hold it.
+    pub(crate) fn namespace_content_gone(&self, inner: &mut Inner, ns: &str) {
+        let left = self.namespaced_types().iter().any(|(res, _)| {
+            inner.objects.get(*res).is_some_and(|m| {
+                m.range(ObjKey::new(ns, "")..)
+                    .next()
+                    .is_some_and(|(k, _)| *k.namespace == *ns)
+            })
+        });
         if left {
             return;
         }
+        let Some((ns_res, stored, value)) = self.held_namespace(inner, ns) else {
+            return;
+        };
+        let key = stored.key.clone();
         let mut value = value;
         if let Some(list) = value
             .pointer_mut("/spec/finalizers")

@@ -435,9 +435,11 @@ impl DataDir {
             store.restore(loaded.rv.max(1), restored);
             if crds {
                 store.sync_crd_types();
-                store.sync_namespaces();
             }
         }
+        // Once everything is back: a namespace terminating when the server
+        // stopped goes on terminating.
+        store.sync_namespaces();
         tracing::info!(dir = %self.dir.display(), objects = count, rv = loaded.rv, "loaded the data dir");
         let log_path = self.dir.join("log");
         let log = OpenOptions::new()

@@ -439,7 +439,8 @@ async fn api_inner(state: &Arc<AppState>, req: Request) -> Result<Response, ApiE
         (Verb::Delete, None) => {
             // deletecollection exists only on a namespaced type's namespaced
             // path: `DELETE /api/v1/configmaps` must not empty every namespace.
-            if rt.namespaced && ns.is_none() {
+            // Namespaces offer none either.
+            if (rt.namespaced && ns.is_none()) || crate::namespace::is_namespace_type(&rt) {
                 return Err(ApiError::new(
                     Reason::MethodNotAllowed,
                     format!(

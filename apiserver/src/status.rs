@@ -197,6 +197,17 @@ impl ApiError {
         .with_details(details(group, plural, name))
     }
 
+    /// The answer to a delete of a namespace already being deleted.
+    pub fn namespace_being_deleted(name: &str) -> Self {
+        Self::new(
+            Reason::Conflict,
+            format!(
+                "Operation cannot be fulfilled on namespaces \"{name}\": The system is ensuring all content is removed from this namespace.  Upon completion, this namespace will automatically be purged by the system."
+            ),
+        )
+        .with_details(details("", "namespaces", name))
+    }
+
     /// The conflict of an update whose body names another uid than the
     /// stored object's (the body's uid is a precondition).
     pub fn uid_conflict(group: &str, plural: &str, name: &str, given: &str, stored: &str) -> Self {

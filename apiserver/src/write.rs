@@ -248,7 +248,7 @@ impl Store {
         let ns = resolve_namespace(&rt, &mut body, namespace)?;
         // Admission (NamespaceLifecycle) answers before validation does.
         let requested = body_name(&body).ok().flatten().unwrap_or_default();
-        self.admit_create(&mut self.inner.lock(), &rt, &ns, &requested, opts.dry_run)?;
+        self.admit_create(&mut self.inner.lock(), &rt, &ns, &requested, false)?;
         let name = resolve_name_for_create(&rt, &mut body)?;
         validate_metadata(&rt, &body, &name)?;
         self.validate_custom(&rt, version, &body, &name)?;
@@ -261,7 +261,9 @@ impl Store {
         let mut inner = self.inner.lock();
         let rt = self.served_locked(res)?;
         // Again under this lock: the namespace may have gone meanwhile.
-        self.admit_create(&mut inner, &rt, &ns, &requested, opts.dry_run)?;
+        // A missing namespace is created (if so configured) only here, once
+        // the object is valid, and never for a dry run.
+        self.admit_create(&mut inner, &rt, &ns, &requested, !opts.dry_run)?;
         if inner.objects.get(res).is_some_and(|m| m.contains_key(&key)) {
             return Err(ApiError::already_exists(&rt.group, &rt.plural, &name));
         }
@@ -276,7 +278,7 @@ impl Store {
         }
         let rv = inner.rv + 1;
         object::stamp_new(&rt, &mut body, rv);
-        if namespace::is_namespace_type(&rt) {
+        if self.options.namespace_lifecycle && namespace::is_namespace_type(&rt) {
             namespace::prepare_create(&mut body);
         }
         let mut conflict = None;
@@ -538,7 +540,10 @@ impl Store {
         if crd::is_crd_type(rt) {
             self.crd_status_for_update(inner, &old, &mut new)?;
         }
-        if namespace::is_namespace_type(rt) {
+        if self.options.namespace_lifecycle
+            && namespace::is_namespace_type(rt)
+            && opts.subresource != Some(Subresource::Status)
+        {
             namespace::prepare_update(&old, &mut new);
         }
         if self.options.managed_fields {
@@ -558,7 +563,9 @@ impl Store {
             .and_then(Value::as_u64)
             .unwrap_or(0)
             == 0;
-        let held = namespace::is_namespace_type(rt) && namespace::held(&new);
+        let held = self.options.namespace_lifecycle
+            && namespace::is_namespace_type(rt)
+            && namespace::held(&new);
         let (kind, mut stored) = if object::deletion_requested(&new)
             && !object::has_finalizers(&new)
             && no_grace
@@ -649,7 +656,7 @@ impl Store {
             && kind == EventKind::Deleted
             && self.namespace_terminating(inner, &key.namespace)
         {
-            self.namespace_cleanup(inner, &key.namespace);
+            self.namespace_content_gone(inner, &key.namespace);
         }
     }
 
@@ -791,8 +798,10 @@ impl Store {
             .get(idx)
             .map(|m| m.values().cloned().collect())
             .unwrap_or_default();
+        let mut namespaces = std::collections::BTreeSet::new();
         for rec in left {
             let rv = inner.rv + 1;
+            namespaces.insert(rec.key.namespace.clone());
             match rec.restamped(rv) {
                 Ok(gone) => self.commit(inner, idx, EventKind::Deleted, Arc::new(gone), Some(rec)),
                 Err(e) => tracing::warn!(error = %e, "dropping an unreadable custom resource"),
@@ -800,6 +809,14 @@ impl Store {
         }
         self.close_watchers_of(inner, idx);
         self.update_registry(inner, |reg| reg.retire(idx));
+        // Their namespaces may be terminating, waiting for them.
+        if self.options.namespace_lifecycle {
+            for ns in namespaces.iter().filter(|ns| !ns.is_empty()) {
+                if self.namespace_terminating(inner, ns) {
+                    self.namespace_content_gone(inner, ns);
+                }
+            }
+        }
     }
 
     /// Delete an object; returns its final state (stamped with the deletion RV) and emits
@@ -895,6 +912,9 @@ impl Store {
             _ => None,
         };
         let rv = inner.rv + 1;
+        if lifecycle && object::deletion_requested(&current) && namespace::held(&current) {
+            return Err(ApiError::namespace_being_deleted(&key.name));
+        }
         let kind = if object::deletion_requested(&current) {
             // Already being deleted: a propagation policy may add its finalizer, and
             // `gracePeriodSeconds=0` ends a grace period; anything else changes nothing.

@@ -131,6 +131,21 @@ async fn a_deleted_namespace_terminates_until_its_content_is_gone() {
         .json();
     assert_eq!(ns_now["status"]["phase"], "Terminating");
 
+    // Deleting it again is a conflict, as on a real server; namespaces
+    // have no deletecollection.
+    let a = delete(&format!("{base}/api/v1/namespaces/doomed")).await;
+    assert_eq!(a.status, 409);
+    assert!(
+        a.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("The system is ensuring all content is removed from this namespace")
+    );
+    assert_eq!(
+        delete(&format!("{base}/api/v1/namespaces")).await.status,
+        405
+    );
+
     // The last finalizer goes: the object, then the namespace.
     let mut released = held.clone();
     released["metadata"]["finalizers"] = json!([]);
@@ -247,4 +262,36 @@ async fn seeding_creates_its_namespace_and_refuses_a_terminating_one() {
     assert_eq!(e.code, 403);
     assert!(s.create_namespace("other").unwrap());
     assert!(!s.create_namespace("other").unwrap(), "exists already");
+}
+
+/// A scheduled Pod (which a kubelet would finish after its grace period)
+/// does not hold a terminating namespace here: there is no kubelet.
+#[tokio::test]
+async fn a_namespace_with_a_scheduled_pod_goes() {
+    let s = start().await;
+    let base = s.url();
+    assert_eq!(
+        post_json(&format!("{base}/api/v1/namespaces"), &ns("pods"))
+            .await
+            .status,
+        201
+    );
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+        "spec": {"nodeName": "node-1", "containers": [{"name": "c", "image": "i"}]}});
+    let pods = format!("{base}/api/v1/namespaces/pods/pods");
+    assert_eq!(post_json(&pods, &pod).await.status, 201);
+    // A plain delete leaves it terminating (its grace period).
+    assert_eq!(delete(&format!("{pods}/p")).await.status, 200);
+    assert!(get(&format!("{pods}/p")).await.json()["metadata"]["deletionTimestamp"].is_string());
+    assert_eq!(
+        delete(&format!("{base}/api/v1/namespaces/pods"))
+            .await
+            .status,
+        200
+    );
+    assert_eq!(get(&format!("{pods}/p")).await.status, 404);
+    assert_eq!(
+        get(&format!("{base}/api/v1/namespaces/pods")).await.status,
+        404
+    );
 }
