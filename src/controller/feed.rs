@@ -74,11 +74,11 @@ impl<S: Object> Feeder<S> {
                 let deleted = match event {
                     Event::Deleted { object, .. } => {
                         last_known.deleted(key, object.object(), now);
-                        true
+                        Some(object.object())
                     }
                     Event::Added { .. } | Event::Updated { .. } => {
                         last_known.exists(key);
-                        false
+                        None
                     }
                 };
                 // After recording the delete: a key sharded by its owner's
@@ -86,8 +86,8 @@ impl<S: Object> Feeder<S> {
                 // ours stays remembered for a while: if the key comes to
                 // this replica, the scope change hands it over (CTL-11).
                 if (self.admit)(key) {
-                    if deleted {
-                        last_known.own(key);
+                    if let Some(last) = deleted {
+                        last_known.own(key, last);
                     }
                     out.push((key.clone(), priority));
                 }

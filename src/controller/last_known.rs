@@ -72,6 +72,29 @@ struct Inner<K> {
 }
 
 impl<K> Inner<K> {
+    /// Records a delete of `key` (not there) with a new sequence number.
+    fn insert(
+        &mut self,
+        key: &ObjectKey,
+        state: Option<Arc<K>>,
+        standby_since: Option<Instant>,
+    ) -> u64 {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.entries.insert(
+            key.clone(),
+            Entry {
+                state,
+                seq,
+                standby_since,
+            },
+        );
+        if let Some(at) = standby_since {
+            self.standby.insert((at, seq), key.clone());
+        }
+        seq
+    }
+
     fn remove(&mut self, key: &ObjectKey) -> Option<Entry<K>> {
         let entry = self.entries.remove(key)?;
         if let Some(since) = entry.standby_since {
@@ -89,18 +112,29 @@ impl<K> Inner<K> {
         }
     }
 
-    /// Forgets deletes not ours past their age, then the oldest beyond the count.
-    fn prune(&mut self, now: Instant) {
-        while let Some((&(since, _), _)) = self.standby.first_key_value() {
-            let expired = now.saturating_duration_since(since) > self.retention.max_age;
-            if !expired && self.standby.len() <= self.retention.max_count {
+    /// Forgets deletes not ours past their age, then the oldest beyond the
+    /// count, never the one at `keep` (a delete just recorded, which its
+    /// feeder may be about to own).
+    fn prune(&mut self, now: Instant, keep: Option<(Instant, u64)>) {
+        let mut kept = None;
+        while let Some((&at, _)) = self.standby.first_key_value() {
+            let expired = now.saturating_duration_since(at.0) > self.retention.max_age;
+            let total = self.standby.len() + usize::from(kept.is_some());
+            if !expired && total <= self.retention.max_count {
                 break;
+            }
+            let key = self.standby.pop_first().expect("not empty").1;
+            if Some(at) == keep && !expired {
+                kept = Some((at, key));
+                continue;
             }
             if !expired {
                 self.evicted += 1;
             }
-            let (_, key) = self.standby.pop_first().expect("not empty");
             self.entries.remove(&key);
+        }
+        if let Some((at, key)) = kept {
+            self.standby.insert(at, key);
         }
     }
 }
@@ -110,12 +144,16 @@ impl<K> Inner<K> {
 pub(crate) struct LastKnown<K>(Mutex<Inner<K>>);
 
 impl<K> LastKnown<K> {
+    /// Deletes not ours are kept as `retention` says (at least one).
     pub(crate) fn new(retention: Retention) -> Self {
         LastKnown(Mutex::new(Inner {
             entries: HashMap::new(),
             standby: BTreeMap::new(),
             next_seq: 0,
-            retention,
+            retention: Retention {
+                max_count: retention.max_count.max(1),
+                ..retention
+            },
             evicted: 0,
         }))
     }
@@ -130,29 +168,31 @@ impl<K> LastKnown<K> {
     pub(crate) fn deleted(&self, key: &ObjectKey, last: Option<&Arc<K>>, now: Instant) {
         let mut inner = self.inner();
         inner.remove(key);
-        let seq = inner.next_seq;
-        inner.next_seq += 1;
-        inner.entries.insert(
-            key.clone(),
-            Entry {
-                state: last.cloned(),
-                seq,
-                standby_since: Some(now),
-            },
-        );
-        inner.standby.insert((now, seq), key.clone());
-        inner.prune(now);
+        let seq = inner.insert(key, last.cloned(), Some(now));
+        inner.prune(now, Some((now, seq)));
     }
 
-    /// The delete of `key` is ours to reconcile: kept until settled.
-    pub(crate) fn own(&self, key: &ObjectKey) {
+    /// The delete of `key` just [`deleted`](Self::deleted) (last state
+    /// `last`) is ours to reconcile: kept until settled. Recorded again if
+    /// it was forgotten since (a scope change pruning on another thread).
+    pub(crate) fn own(&self, key: &ObjectKey, last: Option<&Arc<K>>) {
+        if !self.promote(key) {
+            self.inner().insert(key, last.cloned(), None);
+        }
+    }
+
+    /// The delete of `key`, if one is remembered, is ours: kept until
+    /// settled. Answers whether there was one.
+    pub(crate) fn promote(&self, key: &ObjectKey) -> bool {
         let mut inner = self.inner();
-        if let Some(entry) = inner.entries.get_mut(key)
-            && let Some(since) = entry.standby_since.take()
-        {
+        let Some(entry) = inner.entries.get_mut(key) else {
+            return false;
+        };
+        if let Some(since) = entry.standby_since.take() {
             let seq = entry.seq;
             inner.standby.remove(&(since, seq));
         }
+        true
     }
 
     /// The delete of `key` is not ours (any more) as of `now`: kept for the
@@ -160,7 +200,7 @@ impl<K> LastKnown<K> {
     pub(crate) fn disown(&self, key: &ObjectKey, now: Instant) {
         let mut inner = self.inner();
         inner.demote(key, now);
-        inner.prune(now);
+        inner.prune(now, None);
     }
 
     /// `key` exists (again): its delete is forgotten, whoever owned it.
@@ -202,7 +242,7 @@ impl<K> LastKnown<K> {
     ) -> Vec<ObjectKey> {
         let seen: Vec<(ObjectKey, u64, bool)> = {
             let mut inner = self.inner();
-            inner.prune(now);
+            inner.prune(now, None);
             inner
                 .entries
                 .iter()
@@ -235,7 +275,7 @@ impl<K> LastKnown<K> {
                 _ => {}
             }
         }
-        inner.prune(now);
+        inner.prune(now, None);
         gained
     }
 
@@ -299,12 +339,12 @@ mod tests {
         let key = key("ns/a");
         let first = Arc::new(1);
         last.deleted(&key, Some(&first), t0);
-        last.own(&key);
+        last.own(&key, None);
         let (state, first_seq) = last.delete_of(&key).unwrap();
         assert_eq!(state, Some(first.clone()));
         let second = Arc::new(2);
         last.deleted(&key, Some(&second), t0);
-        last.own(&key);
+        last.own(&key, None);
         last.settled(&key, first_seq);
         assert_eq!(
             last.get(&key),
@@ -325,7 +365,7 @@ mod tests {
         let t0 = Instant::now();
         let last = LastKnown::new(retention(1));
         last.deleted(&key("ns/a"), Some(&Arc::new(1)), t0);
-        last.own(&key("ns/a"));
+        last.own(&key("ns/a"), None);
         for i in 0..5 {
             last.deleted(&key(&format!("ns/other-{i}")), None, t0 + AGE * 10);
         }
@@ -333,6 +373,32 @@ mod tests {
         // Left the scope just now: kept from now for the retention.
         assert_eq!(last.get(&key("ns/a")), Some(Arc::new(1)));
         last.check(Some(t0 + AGE * 100));
+    }
+
+    /// A delete just recorded is not the one evicted to make room, and one
+    /// forgotten before its feeder owned it (a scope change pruning on
+    /// another thread) is recorded again, with its state, when owned.
+    #[test]
+    fn ctl_9_a_delete_being_recorded_is_kept_for_its_owner() {
+        let t0 = Instant::now();
+        let last = LastKnown::new(retention(0));
+        last.deleted(&key("ns/late"), None, t0 + AGE / 2);
+        let state = Arc::new(3);
+        last.deleted(&key("ns/a"), Some(&state), t0);
+        last.check(Some(t0));
+        last.own(&key("ns/a"), Some(&state));
+        assert_eq!(last.get(&key("ns/a")), Some(state.clone()));
+        assert_eq!(last.standby_counts(), (0, 1), "the other one made room");
+        last.deleted(&key("ns/b"), Some(&state), t0);
+        assert!(last.rescope(|_| false, t0 + AGE * 2).is_empty());
+        assert_eq!(last.get(&key("ns/b")), None, "expired meanwhile");
+        last.own(&key("ns/b"), Some(&state));
+        assert_eq!(last.get(&key("ns/b")), Some(state));
+        assert!(last.rescope(|_| false, t0 + AGE * 9).is_empty());
+        assert!(
+            last.get(&key("ns/b")).is_some(),
+            "kept from leaving the scope"
+        );
     }
 
     #[test]
@@ -383,7 +449,7 @@ mod tests {
         let t0 = Instant::now();
         let last = LastKnown::new(retention(10));
         last.deleted(&key("ns/a"), Some(&Arc::new(1)), t0);
-        last.own(&key("ns/a"));
+        last.own(&key("ns/a"), None);
         let left = t0 + AGE * 3;
         assert!(last.rescope(|_| false, left).is_empty());
         assert_eq!(
@@ -402,7 +468,7 @@ mod tests {
         let last = LastKnown::new(retention(10));
         last.deleted(&key("ns/a"), Some(&Arc::new(1)), t0);
         last.deleted(&key("ns/b"), Some(&Arc::new(2)), t0);
-        last.own(&key("ns/b"));
+        last.own(&key("ns/b"), None);
         last.exists(&key("ns/a"));
         last.exists(&key("ns/b"));
         assert_eq!(last.len(), 0);
@@ -425,7 +491,7 @@ mod tests {
                 let op = rng.random_range(0..7);
                 match op {
                     0 | 1 => last.deleted(&k, Some(&Arc::new(1)), now),
-                    2 => last.own(&k),
+                    2 => last.own(&k, None),
                     3 => last.disown(&k, now),
                     4 => last.exists(&k),
                     5 => {

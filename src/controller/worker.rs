@@ -107,14 +107,21 @@ impl<K: Object> Workers<K> {
         }
         while let Ok(Some(ticket)) = self.queue().send(Next::new()).await {
             let key = ticket.key.clone();
-            let outcome = if self.ownership.owns(&self.scope.borrow(), &key) {
+            let outcome = if self.owns(&key) {
                 self.reconcile_one(ticket).await
             } else {
                 // Not ours (any more): dropped; its owner reconciles it, and
                 // this replica queues it again if it becomes ours (CTL-11),
                 // with its delete if it was deleted.
                 self.last_known.disown(&key, last_known::now());
-                Outcome::Success
+                if self.owns(&key) {
+                    // Ours again meanwhile: the scope change may have found
+                    // its delete still ours, and queued nothing for it.
+                    self.last_known.promote(&key);
+                    self.reconcile_one(ticket).await
+                } else {
+                    Outcome::Success
+                }
             };
             if outcome != Outcome::Success && self.closing.load(Ordering::SeqCst) {
                 lock(&self.left_after_close).push(key.clone());
@@ -123,6 +130,11 @@ impl<K: Object> Workers<K> {
                 return;
             }
         }
+    }
+
+    /// Whether `key` is in the work scope now.
+    fn owns(&self, key: &ObjectKey) -> bool {
+        self.ownership.owns(&self.scope.borrow(), key)
     }
 
     /// The queue's address for one answered send. A fresh sender each time:

@@ -13,6 +13,7 @@
 //! extra layer; a snapshot is rewritten only where it changed, read whole at
 //! start, so a B-tree fits.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -410,44 +411,54 @@ where
 {
     let write = |e: &dyn std::fmt::Display| SnapshotError::Write(e.to_string());
     let mut changes = commit.changes;
-    // The changes up to the first `DICTIONARY_SAMPLES` objects, with the JSON
-    // of those objects: learned from if there are that many, then written.
+    // The changes up to the first `DICTIONARY_SAMPLES` objects (fewer once
+    // their samples hold `SAMPLE_BYTES`), learned from, then written. A
+    // sample is the object's JSON (written from it) or, for a large object,
+    // its head and tail (the object is encoded again to be written): the
+    // samples, all that is held, stay within `SAMPLE_BYTES` and number at
+    // least `SAMPLE_BYTES` / the dictionary's size.
     let mut head = Vec::new();
-    let mut samples = Vec::new();
+    let mut samples: Vec<Vec<u8>> = Vec::new();
     let mut sample_bytes = 0;
     let mut learned = None;
     if values.wants_dictionary(DICTIONARY_SAMPLES) {
-        let enough = |samples: &Vec<Vec<u8>>, bytes: usize| {
-            samples.len() == DICTIONARY_SAMPLES || bytes >= SAMPLE_BYTES
-        };
+        let enough =
+            |count: usize, bytes: usize| count == DICTIONARY_SAMPLES || bytes >= SAMPLE_BYTES;
         for (key, state) in changes.by_ref() {
+            let mut whole = None;
             if let Some(object) = &state {
                 let json = encode(object).map_err(|e| write(&e))?;
-                sample_bytes += json.len();
-                samples.push(json);
+                let part = match sample(&json) {
+                    Cow::Borrowed(_) => {
+                        whole = Some(samples.len());
+                        json
+                    }
+                    Cow::Owned(part) => part,
+                };
+                sample_bytes += part.len();
+                samples.push(part);
             }
-            head.push((key, state));
-            if enough(&samples, sample_bytes) {
+            head.push((key, state, whole));
+            if enough(samples.len(), sample_bytes) {
                 break;
             }
         }
-        if enough(&samples, sample_bytes) {
-            let parts: Vec<_> = samples.iter().map(|json| sample(json)).collect();
-            let refs: Vec<&[u8]> = parts.iter().map(|p| p.as_ref()).collect();
+        if enough(samples.len(), sample_bytes) {
+            let refs: Vec<&[u8]> = samples.iter().map(Vec::as_slice).collect();
             learned = values.learn(&refs);
         }
     }
-    let mut samples = samples.into_iter();
     let txn = begin_write(db).map_err(|e| write(&e))?;
     let mut written = Written::default();
     {
         let mut objects = txn.open_table(OBJECTS).map_err(|e| write(&e))?;
-        for (key, state) in head.into_iter().chain(changes) {
+        let rest = changes.map(|(key, state)| (key, state, None));
+        for (key, state, whole) in head.into_iter().chain(rest) {
             let key = key.as_ref();
             match state {
                 Some(object) => {
-                    let json = match samples.next() {
-                        Some(json) => json,
+                    let json = match whole {
+                        Some(i) => std::mem::take(&mut samples[i]),
                         None => encode(&object).map_err(|e| write(&e))?,
                     };
                     let stored = values.encode(&json)?;
@@ -626,12 +637,14 @@ mod tests {
         let id = identity("");
         let path = path_in(&d, &id);
         let db = create(&path, &id).unwrap();
-        let n = 120;
+        // Half-megabyte objects (Helm release Secrets): their whole JSON
+        // would reach the budget after six, too few to learn from.
+        let n = 110;
         let keys: Vec<String> = (0..n).map(|i| format!("ns/secret-{i:03}")).collect();
         let vals: Vec<String> = (0..n)
-            .map(|i| format!("release-{i}:{}", "payload ".repeat(4096)))
+            .map(|i| format!("release-{i}:{}", "payload ".repeat(64 * 1024)))
             .collect();
-        assert!(n * vals[0].len() > SAMPLE_BYTES && n < DICTIONARY_SAMPLES);
+        assert!(vals[0].len() > 500_000 && n < DICTIONARY_SAMPLES);
         commit(&db, all(&keys, &vals), "9", n as u64);
         drop(db);
         let (_, learned) = stored_size(&path);

@@ -262,16 +262,15 @@ impl Shell {
             self.membership.written(now(), written);
         }
         self.publish();
-        if self.collect {
-            for (name, resource_version) in self.membership.departed(now()) {
-                match self.wait(self.delete(name, resource_version), stop).await {
-                    Waited::Stop(mode) => return Some(mode),
-                    Waited::Answered(Deleted::Forbidden) => {
-                        self.collect = false;
-                        break;
-                    }
-                    Waited::Answered(Deleted::Done) => {}
-                }
+        // One delete a round at most: a hanging one delays the next
+        // heartbeat by at most the request timeout, within the renew deadline.
+        if self.collect
+            && let Some((name, resource_version)) = self.membership.departed(now(), 1).pop()
+        {
+            match self.wait(self.delete(name, resource_version), stop).await {
+                Waited::Stop(mode) => return Some(mode),
+                Waited::Answered(Deleted::Forbidden) => self.collect = false,
+                Waited::Answered(Deleted::Done) => {}
             }
         }
         None

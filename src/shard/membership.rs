@@ -104,7 +104,8 @@ pub struct Membership {
     /// only once a list sent after its expiry shows it unchanged.
     listed_at: Option<Instant>,
     /// The departed Leases whose delete was planned, and when: one delete
-    /// per Lease and lease duration (SH-9). Only names still in `peers`.
+    /// per Lease and lease duration (SH-9). Names no longer in `peers` are
+    /// dropped at the next plan; a Lease renewed since is no longer due.
     collecting: BTreeMap<String, Instant>,
 }
 
@@ -300,10 +301,11 @@ impl Membership {
     /// The Leases of departed members to delete now, with the
     /// resourceVersion each delete is conditional on (SH-9): those no
     /// longer counted (released, or expired and confirmed by a list) and
-    /// unchanged for [`RETENTION_LEASES`] lease durations. Each is planned
-    /// at most once per lease duration; nothing while this member's own
-    /// heartbeat is not current or once it stopped.
-    pub fn departed(&mut self, now: Instant) -> Vec<(String, String)> {
+    /// unchanged for [`RETENTION_LEASES`] lease durations, at most `limit`
+    /// of them (the shell deletes them within its heartbeat round). Each is
+    /// planned at most once per lease duration; nothing while this member's
+    /// own heartbeat is not current or once it stopped.
+    pub fn departed(&mut self, now: Instant, limit: usize) -> Vec<(String, String)> {
         self.collecting
             .retain(|name, _| self.peers.contains_key(name));
         if self.stopped || self.deadline().is_none_or(|d| now >= d) {
@@ -321,6 +323,7 @@ impl Membership {
                     .is_none_or(|at| now >= *at + again)
             })
             .map(|(name, p)| (name.clone(), p.resource_version.clone()))
+            .take(limit)
             .collect();
         for (name, _) in &due {
             self.collecting.insert(name.clone(), now);

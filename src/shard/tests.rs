@@ -173,7 +173,7 @@ impl Sim {
                     };
                     member.m.written(now, answer);
                 }
-                for (name, rv) in member.m.departed(now) {
+                for (name, rv) in member.m.departed(now, 1) {
                     self.server.delete(&name, &rv);
                 }
                 member.step = Step::List;
