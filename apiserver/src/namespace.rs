@@ -317,12 +317,7 @@ impl Store {
             return;
         };
         let mut inner = self.inner.lock();
-        let names: Vec<String> = inner
-            .objects
-            .get(ns_res)
-            .map(|m| m.keys().map(|k| k.name.to_string()).collect())
-            .unwrap_or_default();
-        for name in names {
+        for name in inner.names_of(ns_res) {
             self.namespace_cleanup(&mut inner, &name);
         }
     }

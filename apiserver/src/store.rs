@@ -131,6 +131,16 @@ pub(crate) struct Inner {
     pub(crate) crd_types: BTreeMap<String, usize>,
 }
 
+impl Inner {
+    /// The names of the stored objects of cluster-scoped type `res`.
+    pub(crate) fn names_of(&self, res: usize) -> Vec<String> {
+        self.objects
+            .get(res)
+            .map(|m| m.keys().map(|k| k.name.to_string()).collect())
+            .unwrap_or_default()
+    }
+}
+
 /// The shared state of one server.
 pub struct Store {
     /// The served types; replaced (never mutated in place) while holding `inner`, so a

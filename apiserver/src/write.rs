@@ -693,12 +693,7 @@ impl Store {
             return;
         };
         let mut inner = self.inner.lock();
-        let names: Vec<String> = inner
-            .objects
-            .get(crd_res)
-            .map(|m| m.keys().map(|k| k.name.to_string()).collect())
-            .unwrap_or_default();
-        for name in names {
+        for name in inner.names_of(crd_res) {
             self.sync_crd_type(&mut inner, crd_res, &name);
         }
     }
