@@ -262,6 +262,8 @@ impl Store {
                 match self.delete_locked(inner, &rt, res, &record.key, &options) {
                     Ok((_, Some(kind))) => self.after_crd_write(inner, &rt, res, &record.key, kind),
                     Ok((_, None)) => {}
+                    // Gone already (a CRD's cleanup took its objects).
+                    Err(e) if e.reason == crate::status::Reason::NotFound => {}
                     Err(e) => {
                         tracing::warn!(error = %e, namespace = ns, object = %record.key.name, "could not delete an object of a deleted namespace");
                     }

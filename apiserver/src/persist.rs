@@ -437,9 +437,6 @@ impl DataDir {
                 store.sync_crd_types();
             }
         }
-        // Once everything is back: a namespace terminating when the server
-        // stopped goes on terminating.
-        store.sync_namespaces();
         tracing::info!(dir = %self.dir.display(), objects = count, rv = loaded.rv, "loaded the data dir");
         let log_path = self.dir.join("log");
         let log = OpenOptions::new()
@@ -462,6 +459,9 @@ impl DataDir {
             .spawn(move || writer.run(rx))
             .map_err(io_err(Path::new("writer thread")))?;
         store.set_journal(Journal::new(tx));
+        // Once everything is back, and written to the log like any write: a
+        // namespace terminating when the server stopped goes on terminating.
+        store.sync_namespaces();
         Ok(())
     }
 }

@@ -261,9 +261,7 @@ impl Store {
         let mut inner = self.inner.lock();
         let rt = self.served_locked(res)?;
         // Again under this lock: the namespace may have gone meanwhile.
-        // A missing namespace is created (if so configured) only here, once
-        // the object is valid, and never for a dry run.
-        self.admit_create(&mut inner, &rt, &ns, &requested, !opts.dry_run)?;
+        self.admit_create(&mut inner, &rt, &ns, &requested, false)?;
         if inner.objects.get(res).is_some_and(|m| m.contains_key(&key)) {
             return Err(ApiError::already_exists(&rt.group, &rt.plural, &name));
         }
@@ -275,6 +273,11 @@ impl Store {
             return Err(ApiError::internal(
                 "resourceVersion should not be set on objects to be created",
             ));
+        }
+        // A missing namespace is created (if so configured) only once the
+        // create can no longer fail, and never for a dry run.
+        if !opts.dry_run {
+            self.admit_create(&mut inner, &rt, &ns, &requested, true)?;
         }
         let rv = inner.rv + 1;
         object::stamp_new(&rt, &mut body, rv);

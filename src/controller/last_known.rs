@@ -267,10 +267,12 @@ impl<K> LastKnown<K> {
             match (ours, owned) {
                 (true, false) => inner.demote(&key, now),
                 (false, true) => {
+                    // Owned meanwhile (by a feeder or a worker): theirs to queue.
                     let entry = inner.entries.get_mut(&key).expect("checked");
-                    let since = entry.standby_since.take().expect("not ours");
-                    inner.standby.remove(&(since, seq));
-                    gained.push(key);
+                    if let Some(since) = entry.standby_since.take() {
+                        inner.standby.remove(&(since, seq));
+                        gained.push(key);
+                    }
                 }
                 _ => {}
             }
@@ -399,6 +401,26 @@ mod tests {
             last.get(&key("ns/b")).is_some(),
             "kept from leaving the scope"
         );
+    }
+
+    /// A delete owned by someone else (a worker or the feeder) while the
+    /// scope change judged it is theirs to queue: no panic, not gained.
+    #[test]
+    fn ctl_11_a_delete_owned_during_a_rescope_is_not_gained_twice() {
+        let t0 = Instant::now();
+        let last = LastKnown::new(retention(10));
+        last.deleted(&key("ns/a"), Some(&Arc::new(1)), t0);
+        let gained = last.rescope(
+            |k| {
+                assert!(last.promote(k));
+                true
+            },
+            t0,
+        );
+        assert!(gained.is_empty());
+        assert_eq!(last.standby_counts(), (0, 0));
+        assert_eq!(last.len(), 1);
+        last.check(Some(t0));
     }
 
     #[test]
