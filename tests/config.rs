@@ -328,6 +328,23 @@ fn config_file_from_the_environment_variable() {
     assert_eq!(v["engine"]["page_size"], 7);
 }
 
+/// A config file is TOML whatever its name ends in; the Lease's namespace
+/// defaults to the pod's own (`POD_NAMESPACE`, which the RBAC grants).
+#[test]
+fn a_config_file_without_a_toml_extension_and_the_lease_namespace() {
+    let f = ConfigFile::new("conf", "[engine]\npage_size = 9\n[leader_election]\n");
+    let conf = f.path.with_file_name("kinformer.conf");
+    std::fs::copy(&f.path, &conf).unwrap();
+    let v = effective(&["config", "--config", conf.to_str().unwrap()], &[]);
+    assert_eq!(v["engine"]["page_size"], 9);
+    assert_eq!(v["leader_election"]["namespace"], "default");
+    let v = effective(
+        &["config", "--config", conf.to_str().unwrap()],
+        &[("POD_NAMESPACE", "kinformer")],
+    );
+    assert_eq!(v["leader_election"]["namespace"], "kinformer");
+}
+
 #[test]
 fn leader_election_timings_are_checked() {
     let f = ConfigFile::new(

@@ -315,7 +315,9 @@ impl Default for ObservabilitySettings {
 pub struct LeaderElectionSettings {
     /// The Lease's name.
     pub lease_name: String,
-    /// The Lease's namespace.
+    /// The Lease's namespace (default: `POD_NAMESPACE`, the pod's own, which
+    /// the Deployment sets and `deploy/leader-election/rbac.yaml` grants;
+    /// else `default`).
     pub namespace: String,
     /// This replica's identity (default: `POD_NAME`, else the host name with a random suffix).
     pub identity: Option<String>,
@@ -335,7 +337,10 @@ impl Default for LeaderElectionSettings {
         let t = kinformer::ElectionTimings::default();
         LeaderElectionSettings {
             lease_name: "kinformer".into(),
-            namespace: "default".into(),
+            namespace: std::env::var("POD_NAMESPACE")
+                .ok()
+                .filter(|ns| !ns.is_empty())
+                .unwrap_or_else(|| "default".into()),
             identity: None,
             lease_duration: t.lease_duration,
             renew_deadline: t.renew_deadline,
@@ -549,7 +554,11 @@ pub fn load(
         .collect();
     let mut builder = config::Config::builder();
     if present {
-        builder = builder.add_source(config::File::from(path.as_path()).required(true));
+        // TOML whatever the file's name ends in (`config` picks the format
+        // from the extension otherwise).
+        builder = builder.add_source(
+            config::File::new(&path.to_string_lossy(), config::FileFormat::Toml).required(true),
+        );
     }
     let layered = builder
         .add_source(
