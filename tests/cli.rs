@@ -1352,3 +1352,27 @@ fn watch_help_lists_the_accepted_resource_names() {
         assert!(help.contains(words), "{words}: {help}");
     }
 }
+
+/// A server URL with credentials is refused before anything is printed or
+/// stored (the URL would go into the banner and the snapshot keys).
+#[test]
+fn a_server_url_with_credentials_is_refused() {
+    let out = run_to_end(
+        kinformer().args([
+            "run",
+            "--server",
+            "http://admin:hunter2@127.0.0.1:9",
+            "--for",
+            "1s",
+        ]),
+        Duration::from_secs(30),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("credentials"), "{stderr}");
+    assert!(
+        !stdout.contains("hunter2") && !stderr.contains("hunter2"),
+        "{stdout}{stderr}"
+    );
+}

@@ -762,6 +762,14 @@ fn validate(l: &Loaded) -> Result<(), ConfigError> {
     }
     if let Some(url) = &c.server {
         let uri = url.parse::<http::Uri>().ok();
+        // The URL is printed and keys snapshots: never with credentials
+        // (and not echoed back in this error).
+        if url.contains('@') {
+            return Err(l.error(
+                "cluster.server",
+                "a URL with credentials (user:password@) is refused: use a kubeconfig",
+            ));
+        }
         let usable = uri.as_ref().is_some_and(|u| {
             matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some()
         });
@@ -1132,7 +1140,13 @@ mod tests {
 
     #[test]
     fn server_urls_and_workload_values_are_checked() {
-        for bad in ["localhost:8001", "not a url", "ftp://h/", "http://"] {
+        for bad in [
+            "localhost:8001",
+            "not a url",
+            "ftp://h/",
+            "http://",
+            "http://u:p@h:6443",
+        ] {
             let e = load_text(&format!("[cluster]\nserver = {bad:?}\n"), &[])
                 .err()
                 .unwrap_or_else(|| panic!("{bad} accepted"));

@@ -186,6 +186,13 @@ async fn start_all(loaded: &Loaded) -> anyhow::Result<Started> {
     // clusters, the server URL may not (in-cluster, recreated test clusters).
     let persisting =
         settings.engine.persist.is_some() || settings.informers.iter().any(|i| i.persist.is_some());
+    if persisting && cluster.embedded.is_some() {
+        // A new server each run (another port, another kube-system uid): no
+        // snapshot is ever used again, and each run leaves a file.
+        tracing::warn!(
+            "persisting against the embedded server: each run starts a new cluster, so snapshots are never reused"
+        );
+    }
     let cluster_id = if persisting {
         let read = super::within(
             "reading the cluster's identity",
