@@ -162,16 +162,21 @@ impl InformerFactory {
     }
 
     fn running<K: Object>(&self, key: &InformerKey) -> Option<Informer<K>> {
-        self.lock()
+        let mut informers = self.lock();
+        // A stopped informer is let go here, not kept (with its listeners and
+        // their subscribers) until another informer is added.
+        informers.retain(|_, shared| !shared.is_stopped());
+        informers
             .get(key)
             .and_then(|shared| shared.as_any().downcast_ref::<Informer<K>>())
-            .filter(|i| !i.is_stopped())
             .cloned()
     }
 
-    /// How many distinct informers the factory runs (stopped ones excluded).
+    /// How many distinct informers the factory runs (stopped ones are let go).
     pub fn len(&self) -> usize {
-        self.lock().values().filter(|s| !s.is_stopped()).count()
+        let mut informers = self.lock();
+        informers.retain(|_, shared| !shared.is_stopped());
+        informers.len()
     }
 
     /// Stops every informer the factory started and forgets them; handles

@@ -494,21 +494,22 @@ where
     }
 }
 
-/// True inside an actix `System` or a tokio `LocalSet`, where actors can be
-/// started; starting one elsewhere panics (tokio's `spawn_local`).
+/// True inside an actix `System`'s or a tokio `LocalSet`'s tasks, where
+/// actors can be started; starting one elsewhere panics (tokio's
+/// `spawn_local`), a `tokio::spawn`ed task on an actix System's thread
+/// included.
 pub(crate) fn can_start_actors() -> bool {
     if tokio::runtime::Handle::try_current().is_err() {
         return false;
     }
-    if System::try_current().is_some() {
-        return true;
+    // Where panics abort, the probe below cannot be caught: an actix System
+    // is taken at its word (a `tokio::spawn`ed task on its thread still
+    // panics there).
+    if cfg!(panic = "abort") {
+        return System::try_current().is_some();
     }
     // tokio has no "inside a LocalSet?" query: spawn an empty local task. Outside
     // one this panics (tokio prints its message), and the panic is caught here.
-    // Where panics abort, it cannot be caught: only an actix System is accepted.
-    if cfg!(panic = "abort") {
-        return false;
-    }
     std::panic::catch_unwind(|| drop(tokio::task::spawn_local(async {}))).is_ok()
 }
 
@@ -773,12 +774,17 @@ where
 /// # async fn run(client: kube::Client) -> anyhow::Result<()> {
 /// let informer = Informer::builder(kube::Api::<ConfigMap>::all(client)).start_on_own_thread()?;
 /// let mut events = informer.stream(SubscribeOptions::default()).await?;
+/// // Read the stream while waiting: a `Block` subscriber that is not read
+/// // holds the informer back once its queue is full (the sync included).
+/// let reader = tokio::spawn(async move {
+///     while let Some(event) = events.next().await {
+///         println!("{:?} {}", event.cause(), event.key());
+///     }
+/// });
 /// informer.wait_for_sync(Duration::from_secs(60)).await?;
 /// println!("{} cached", informer.store().snapshot().len());
-/// while let Some(event) = events.next().await {
-///     println!("{:?} {}", event.cause(), event.key());
-/// }
 /// informer.stop().await;
+/// reader.abort();
 /// # Ok(())
 /// # }
 /// ```
@@ -1156,9 +1162,11 @@ where
         }))
     }
 
-    /// True once [`Informer::stop`] was called (SI-4: it cannot be restarted).
+    /// True once [`Informer::stop`] was called (SI-4: it cannot be
+    /// restarted), or once its actors are gone (the thread that hosted them
+    /// stopped).
     pub fn is_stopped(&self) -> bool {
-        *self.inner.stopped.borrow()
+        *self.inner.stopped.borrow() || !self.inner.indexer.connected()
     }
 
     /// True once the initial list has been processed into the cache (DF-15).
@@ -1167,7 +1175,9 @@ where
     }
 
     /// Waits until [`Informer::has_synced`], at most `timeout`; `Stopped`
-    /// when the informer is stopped before it synced.
+    /// when the informer is stopped before it synced. A subscriber with
+    /// `Block` that is not consumed holds the informer back once its queue
+    /// is full, the initial list included: read streams while waiting.
     pub async fn wait_for_sync(&self, timeout: Duration) -> Result<(), InformerError> {
         wait_synced(
             self.inner.synced.clone(),

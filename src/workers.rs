@@ -35,13 +35,14 @@ use crate::error::InformerError;
 ///     fn handle(&mut self, _: Event<ConfigMap>, _: &mut Context<Self>) { self.0 += 1; }
 /// }
 ///
-/// # async fn run(informer: Informer<ConfigMap>) -> anyhow::Result<()> {
-/// let workers = Workers::new(0)?; // one thread per core, kept while they run
+/// # async fn run(informer: Informer<ConfigMap>) -> anyhow::Result<Workers> {
+/// let workers = Workers::new(0)?; // one thread per core
 /// for _ in 0..10 {
 ///     let events = informer.stream(SubscribeOptions::default()).await?;
 ///     workers.start_reading(events, |_| Counter(0));
 /// }
-/// # Ok(()) }
+/// Ok(workers) // keep the pool while they run: dropping it stops them
+/// # }
 /// ```
 #[derive(Debug)]
 pub struct Workers {

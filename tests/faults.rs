@@ -373,6 +373,39 @@ async fn a_stopped_informer_refuses_subscribers_and_the_factory_replaces_it() {
     assert_eq!(factory.len(), 1);
 }
 
+/// An informer whose actors are gone (the arbiter that hosted them
+/// stopped) reads as stopped, and the factory replaces it.
+#[actix::test]
+async fn an_informer_whose_thread_stopped_is_stopped_and_replaced() {
+    let server = server(10_000);
+    let factory = InformerFactory::new();
+    let url = server.url();
+    let arbiter = actix::Arbiter::new();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let on_arbiter = factory.clone();
+    assert!(arbiter.spawn(async move {
+        let mut config = kube::Config::new(url.parse().unwrap());
+        config.default_retry = false;
+        let client = kube::Client::try_from(config).unwrap();
+        let api = kube::Api::<ConfigMap>::namespaced(client, "default");
+        let _ = tx.send(on_arbiter.informer(api, None, None, |b| b).unwrap());
+    }));
+    let informer = rx.await.unwrap();
+    informer.wait_for_sync(SYNC).await.unwrap();
+    assert!(!informer.is_stopped());
+    arbiter.stop();
+    let deadline = std::time::Instant::now() + SYNC;
+    while !informer.is_stopped() {
+        assert!(std::time::Instant::now() < deadline, "its actors are gone");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(factory.len(), 0);
+    let api = kube::Api::<ConfigMap>::namespaced(client(&server), "default");
+    let fresh = factory.informer(api, None, None, |b| b).unwrap();
+    fresh.wait_for_sync(SYNC).await.unwrap();
+    fresh.stop().await;
+}
+
 /// An index function that fails (an `Err` or a panic) leaves the object
 /// cached and unindexed, and is counted where a service can see it.
 #[actix::test]
@@ -722,6 +755,37 @@ fn starting_outside_an_actor_runtime_is_an_error_not_a_panic() {
             })
             .await;
     });
+}
+
+/// A `tokio::spawn`ed task on an actix System's thread runs outside its
+/// LocalSet: a subscribe or a start from it is the same error, not a panic.
+#[actix::test]
+async fn starting_from_a_spawned_task_in_a_system_is_an_error_not_a_panic() {
+    let server = server(10_000);
+    let builder = informer(&server);
+    let informer = informer(&server).start().unwrap();
+    informer.wait_for_sync(SYNC).await.unwrap();
+    let (recorder, _log) = Recorder::start();
+    let elsewhere = informer.clone();
+    let outcome = tokio::spawn(async move {
+        let subscribed = elsewhere
+            .subscribe(recorder.recipient(), SubscribeOptions::default())
+            .await
+            .map(|_| ());
+        (subscribed, builder.start().map(|_| ()))
+    })
+    .await
+    .expect("no panic");
+    assert!(matches!(
+        outcome.0,
+        Err(kinformer::InformerError::NoActorRuntime)
+    ));
+    assert!(matches!(
+        outcome.1,
+        Err(kinformer::InformerError::NoActorRuntime)
+    ));
+    assert_eq!(informer.stats().subscribers, 0);
+    informer.stop().await;
 }
 
 /// A `subscribe` whose future is dropped half-way (e.g. under a timeout)
