@@ -208,6 +208,9 @@ where
     /// Page size of every list, relists at a resourceVersion included (R-10;
     /// 0 = unpaginated). Unset, lists ask for 500 and relists at a
     /// resourceVersion are unpaginated, so that the watch cache serves them.
+    /// With a [`compact_cache`](Self::compact_cache), 0 loses its memory
+    /// bound while listing (each list is held decoded at once; warned at
+    /// start).
     pub fn page_size(mut self, page_size: u32) -> Self {
         self.reflector.page_size = Some(page_size);
         self
@@ -371,6 +374,12 @@ where
     pub(crate) fn start_at_home(self, home: Option<System>) -> Result<Informer<K>, InformerError> {
         if !can_start_actors() {
             return Err(InformerError::NoActorRuntime);
+        }
+        if self.compact.is_some() && self.reflector.page_size == Some(0) {
+            // Unpaginated lists are decoded whole before they are cached.
+            tracing::warn!(
+                "a compact cache with page_size(0): lists are not paginated, so each is held decoded at once (the compact cache's memory bound is lost)"
+            );
         }
         let mut cache = match self.compact {
             Some(codec) => Cache::compact(codec).map_err(InformerError::Compact)?,

@@ -1,7 +1,7 @@
 //! Subscribing an actor to an informer.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use actix::prelude::*;
@@ -134,6 +134,8 @@ pub struct Subscription<K: Object> {
     synced: watch::Receiver<bool>,
     stats: Arc<ListenerStats>,
     informer: Arc<dyn InformerLink>,
+    /// Set by an unsubscribe through any clone: the subscription ended.
+    ended: Arc<AtomicBool>,
 }
 
 /// A snapshot of one subscription's counters ([`Subscription::stats`]),
@@ -172,6 +174,7 @@ impl<K: Object> Clone for Subscription<K> {
             synced: self.synced.clone(),
             stats: self.stats.clone(),
             informer: self.informer.clone(),
+            ended: self.ended.clone(),
         }
     }
 }
@@ -213,6 +216,7 @@ impl<K: Object> Subscription<K> {
             synced,
             stats,
             informer,
+            ended: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -230,10 +234,11 @@ impl<K: Object> Subscription<K> {
     /// [`MINIMUM_RESYNC_PERIOD`](crate::MINIMUM_RESYNC_PERIOD) is raised to
     /// it) and answers the period now in force. The next resync comes one new
     /// period from now; a sweep already under way finishes.
-    /// `SubscriberGone` when the subscriber's actor stopped, `Stopped` when
-    /// the informer did.
+    /// `SubscriberGone` when the subscriber's actor stopped or the
+    /// subscription was ended (through any clone), `Stopped` when the
+    /// informer did.
     pub async fn set_resync_period(&mut self, period: Duration) -> Result<Duration, InformerError> {
-        if self.is_gone() {
+        if self.is_gone() || self.ended.load(Ordering::SeqCst) {
             return Err(InformerError::SubscriberGone);
         }
         let period = self
@@ -294,10 +299,20 @@ impl<K: Object> Subscription<K> {
 
     /// Ends the subscription and waits for the handler call in progress to
     /// return; pending notifications are dropped (SI-12, SI-13). A pipelined
-    /// subscriber first handles the events already in its mailbox.
+    /// subscriber first handles the events already in its mailbox. Not from
+    /// inside this subscription's own handler (an actor's `handle`, a
+    /// `subscribe_fn` future): the call in flight would wait for itself.
+    /// Use [`cancel`](Self::cancel) there.
     pub async fn unsubscribe(self) {
         self.forget();
         let _ = self.listener.send(StopListener).await;
+    }
+
+    /// Ends the subscription without waiting for the handler call in
+    /// progress: what [`unsubscribe`](Self::unsubscribe) does, callable from
+    /// the subscription's own handler.
+    pub fn cancel(&self) {
+        self.unsubscribe_now();
     }
 
     /// Ends the subscription without waiting (a dropped [`EventStream`](crate::EventStream)).
@@ -308,6 +323,7 @@ impl<K: Object> Subscription<K> {
 
     /// The Indexer and the resync timer forget this subscriber.
     fn forget(&self) {
+        self.ended.store(true, Ordering::SeqCst);
         self.indexer.do_send(Unsubscribe(self.id));
         self.resync.do_send(CancelResync(self.id));
     }

@@ -294,6 +294,17 @@ async fn a_subscriber_changes_its_resync_period_after_subscribing<K: Cached>(kin
     );
     assert_eq!(after % 5, 0, "a sweep replays every object exactly once");
 
+    // Ended through a clone: no period can be set any more.
+    let (mut ended, _ended_log) = kind
+        .subscribe(&informer, SubscribeOptions::default(), None)
+        .await;
+    let clone = ended.clone();
+    clone.unsubscribe().await;
+    assert!(matches!(
+        ended.set_resync_period(Duration::from_secs(5)).await,
+        Err(kinformer::InformerError::SubscriberGone)
+    ));
+
     informer.stop().await;
     assert!(matches!(
         sub.set_resync_period(Duration::from_secs(5)).await,
