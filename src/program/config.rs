@@ -7,7 +7,7 @@
 //! file's path, "the environment", "the command line" or "the built-in
 //! defaults"), so an operator can fix it without reading code.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -806,8 +806,27 @@ fn validate(l: &Loaded) -> Result<(), ConfigError> {
         check_leader_election(l, le)?;
     }
     let mut names = BTreeSet::new();
+    // What a snapshot file is named by (the resource as written here, the
+    // namespace and selectors) in each persist directory: two informers with
+    // one would share a file, and the second would run without persistence.
+    let mut snapshots = BTreeMap::new();
     for (i, inf) in s.informers.iter().enumerate() {
         let at = |k: &str| format!("informers[{i}].{k}");
+        if let Some(dir) = inf.persist.as_ref().or(s.engine.persist.as_ref()) {
+            let snapshot = (
+                dir,
+                (&inf.resource, &inf.group, &inf.version, &inf.kind),
+                (&inf.namespace, &inf.label_selector, &inf.field_selector),
+            );
+            if let Some(first) = snapshots.insert(snapshot, i) {
+                return Err(l.error(
+                    &at("persist"),
+                    format!(
+                        "persists the same resource, namespace and selectors as informers[{first}] into the same directory: their snapshots would be one file; set another `persist` directory for one of them"
+                    ),
+                ));
+            }
+        }
         match (&inf.resource, &inf.kind) {
             (Some(_), Some(_)) => {
                 return Err(l.error(
@@ -1136,6 +1155,22 @@ mod tests {
         flags.set("cluster.context", Some("dev"));
         let e = load(None, Vec::new(), flags).err().unwrap();
         assert_eq!(e.key, "cluster.context");
+    }
+
+    /// Two informers that would persist into one snapshot file are refused.
+    #[test]
+    fn two_informers_persisting_one_snapshot_are_refused() {
+        let two = |extra: &str| {
+            format!(
+                "[engine]\npersist = \"/tmp/snap\"\n[[informers]]\nname = \"a\"\nresource = \"configmaps\"\n[[informers]]\nname = \"b\"\nresource = \"configmaps\"\n{extra}"
+            )
+        };
+        let e = load_text(&two(""), &[])
+            .err()
+            .expect("one snapshot for two");
+        assert_eq!(e.key, "informers[1].persist");
+        assert!(load_text(&two("label_selector = \"app=x\"\n"), &[]).is_ok());
+        assert!(load_text(&two("persist = \"/tmp/other\"\n"), &[]).is_ok());
     }
 
     #[test]

@@ -79,18 +79,27 @@ pub async fn run(loaded: Loaded, args: RunArgs) -> anyhow::Result<()> {
 
     // Graceful stop: step down first (a successor takes over at once),
     // then no more listing or watching, then let every subscriber finish the
-    // notification it is handling.
-    if let Some(leader) = &registry.leader {
-        status::say(&format!("kinformer: {}", leader.stop().await));
-    }
-    for view in &registry.informers {
-        view.informer.stop().await;
-    }
-    for view in &registry.informers {
-        for sub in &view.subscribers {
-            if let Some(subscription) = sub.take() {
-                subscription.unsubscribe().await;
+    // notification it is handling. A second signal meanwhile stops at once.
+    let graceful = async {
+        if let Some(leader) = &registry.leader {
+            status::say(&format!("kinformer: {}", leader.stop().await));
+        }
+        for view in &registry.informers {
+            view.informer.stop().await;
+        }
+        for view in &registry.informers {
+            for sub in &view.subscribers {
+                if let Some(subscription) = sub.take() {
+                    subscription.unsubscribe().await;
+                }
             }
+        }
+    };
+    tokio::select! {
+        () = graceful => {}
+        why = signals.recv() => {
+            status::say(&format!("kinformer: {why} again while stopping: stopping at once"));
+            std::process::exit(130);
         }
     }
     for line in status::summary(&registry, started.elapsed()) {

@@ -36,6 +36,13 @@ fn sync_style() -> ProgressStyle {
     .progress_chars("=> ")
 }
 
+/// Before the server announces a total (streaming lists never do, nor
+/// lists with selectors mostly): a count, not `N/0`.
+fn count_style() -> ProgressStyle {
+    ProgressStyle::with_template("{prefix:>14} {pos} objects ({per_sec}, {elapsed}) {msg}")
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+}
+
 fn status_style() -> ProgressStyle {
     ProgressStyle::with_template("{prefix:>14} {wide_msg}")
         .unwrap_or_else(|_| ProgressStyle::default_bar())
@@ -60,7 +67,7 @@ impl Display {
             .map(|view| Row {
                 bar: multi.as_ref().map(|m| {
                     let bar = m.add(ProgressBar::new(0));
-                    bar.set_style(sync_style());
+                    bar.set_style(count_style());
                     bar.set_prefix(view.name.clone());
                     bar
                 }),
@@ -142,7 +149,8 @@ impl Display {
                     .unwrap_or_default();
                 match &row.bar {
                     Some(bar) => {
-                        if total > 0 {
+                        if total > 0 && bar.length() != Some(total) {
+                            bar.set_style(sync_style());
                             bar.set_length(total);
                         }
                         bar.set_position(done);
