@@ -1376,3 +1376,20 @@ fn a_server_url_with_credentials_is_refused() {
         "{stdout}{stderr}"
     );
 }
+
+/// A metrics port already in use fails the run before it connects or lists
+/// anything (the lists would be thrown away).
+#[test]
+fn a_metrics_port_in_use_fails_before_anything_starts() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let out = run_to_end(
+        kinformer().args(["run", "--embedded", "--for", "20s", "--metrics", &port]),
+        Duration::from_secs(30),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stdout}{stderr}");
+    assert!(stderr.contains("cannot listen"), "{stderr}");
+    assert!(!stdout.contains("embedded"), "nothing started: {stdout}");
+}

@@ -96,15 +96,18 @@ async fn refuse_bodies(request: Request, next: Next) -> Response {
     next.run(request).await
 }
 
-/// Binds `addr` and serves `app` within `limits` on a thread named `name`.
+/// Binds `addr` (before the work that would be wasted if it cannot be).
+pub fn bind(addr: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
+    std::net::TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))
+}
+
+/// Serves `app` on `listener` within `limits` on a thread named `name`.
 pub fn serve(
-    addr: SocketAddr,
+    listener: std::net::TcpListener,
     app: Router,
     limits: Limits,
     name: &str,
 ) -> anyhow::Result<HttpServer> {
-    let listener =
-        std::net::TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
     listener.set_nonblocking(true)?;
     let bound = listener.local_addr()?;
     let app = app.layer(axum::middleware::from_fn(refuse_bodies));

@@ -8,7 +8,6 @@
 //! current values. The HTTP server (`http`) runs on its own thread and
 //! runtime, so probes answer even while the actor thread is busy.
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
@@ -481,8 +480,12 @@ fn describe() {
 }
 
 /// Installs the Prometheus recorder and serves `/metrics`, `/healthz`,
-/// `/readyz` on `addr`, within [`Limits`]' defaults.
-pub fn serve(addr: SocketAddr, registry: Arc<Registry>) -> anyhow::Result<HttpServer> {
+/// `/readyz` on `listener` (bound with [`http::bind`](super::http::bind)),
+/// within [`Limits`]' defaults.
+pub fn serve(
+    listener: std::net::TcpListener,
+    registry: Arc<Registry>,
+) -> anyhow::Result<HttpServer> {
     let handle = PrometheusBuilder::new()
         .install_recorder()
         .context("installing the Prometheus recorder")?;
@@ -493,7 +496,7 @@ pub fn serve(addr: SocketAddr, registry: Arc<Registry>) -> anyhow::Result<HttpSe
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
         .with_state(state);
-    super::http::serve(addr, app, Limits::default(), "kinformer-metrics")
+    super::http::serve(listener, app, Limits::default(), "kinformer-metrics")
         .context("observability.metrics_addr")
 }
 

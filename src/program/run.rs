@@ -147,6 +147,16 @@ struct Started {
 /// their subscribers, and the metrics endpoint.
 async fn start_all(loaded: &Loaded) -> anyhow::Result<Started> {
     let settings = &loaded.settings;
+    // The metrics port first: a clash must not throw away lists under way.
+    let metrics_listener = match &settings.observability.metrics_addr {
+        Some(addr) => {
+            // Checked when the configuration was loaded.
+            let addr = super::config::metrics_listen_addr(addr)
+                .map_err(|m| loaded.error("observability.metrics_addr", m))?;
+            Some(super::http::bind(addr).context("observability.metrics_addr")?)
+        }
+        None => None,
+    };
     let cluster = cluster::connect(&settings.cluster, &settings.embedded).await?;
     status::say(&cluster.banner);
     let client = kube::Client::try_from(cluster.config.clone()).context("building the client")?;
@@ -303,12 +313,9 @@ async fn start_all(loaded: &Loaded) -> anyhow::Result<Started> {
         });
     }
 
-    let metrics_server = match &settings.observability.metrics_addr {
-        Some(addr) => {
-            // Checked when the configuration was loaded.
-            let addr = super::config::metrics_listen_addr(addr)
-                .map_err(|m| loaded.error("observability.metrics_addr", m))?;
-            let server = metrics::serve(addr, registry.clone())?;
+    let metrics_server = match metrics_listener {
+        Some(listener) => {
+            let server = metrics::serve(listener, registry.clone())?;
             status::say(&format!(
                 "kinformer: metrics on http://{0}/metrics (health: /healthz, readiness: /readyz)",
                 server.addr
