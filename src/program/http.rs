@@ -186,7 +186,7 @@ mod tests {
     fn start(limits: Limits) -> HttpServer {
         let app = Router::new().route("/x", get(|| async { "ok\n" }));
         serve(
-            SocketAddr::from(([127, 0, 0, 1], 0)),
+            bind(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap(),
             app,
             limits,
             "test-http",
