@@ -96,6 +96,12 @@ pub(super) struct Sweeps<K> {
     places: VecDeque<(u64, Instant)>,
     /// The id of the next place taken.
     next_place: u64,
+    /// Subscribers due again while their sweep was in progress: swept once
+    /// more as soon as it ends (at most one pending each), so a resync is
+    /// late under load, never skipped. Only ids in `syncing`, or in `again`.
+    due_again: BTreeSet<SubscriberId>,
+    /// Of those, the ones whose sweep ended: started at the next `next`.
+    again: Vec<SubscriberId>,
     /// A batch is partly handed out: no chunk is read.
     paused: bool,
     /// Key lists no sweep uses any more, freed a slice per [`Sweeps::tidy`].
@@ -107,6 +113,8 @@ impl<K> Default for Sweeps<K> {
         Sweeps {
             idle: VecDeque::new(),
             syncing: BTreeSet::new(),
+            due_again: BTreeSet::new(),
+            again: Vec::new(),
             places: VecDeque::new(),
             next_place: 0,
             paused: false,
@@ -122,8 +130,9 @@ impl<K> Sweeps<K> {
     }
 
     /// Queues a sweep of `cache` as it is now for each of `due` whose
-    /// previous sweep is done: sweeps never pile up, however slow a
-    /// subscriber or the Indexer.
+    /// previous sweep is done; one still in progress is swept once more
+    /// when it ends. Sweeps never pile up, however slow a subscriber or the
+    /// Indexer, and no period is skipped.
     pub(super) fn start(
         &mut self,
         due: impl IntoIterator<Item = SubscriberId>,
@@ -131,7 +140,9 @@ impl<K> Sweeps<K> {
     ) {
         let mut keys = None;
         for id in due {
-            if self.syncing.insert(id) {
+            if self.syncing.contains(&id) {
+                self.due_again.insert(id);
+            } else if self.syncing.insert(id) {
                 let keys = keys.get_or_insert_with(|| KeyList::of(cache)).clone();
                 self.idle.push_back(Sweep {
                     id,
@@ -147,6 +158,8 @@ impl<K> Sweeps<K> {
     /// it would next go.
     pub(super) fn forget(&mut self, id: SubscriberId) {
         self.syncing.remove(&id);
+        self.due_again.remove(&id);
+        self.again.retain(|a| *a != id);
     }
 
     /// Pauses (or resumes) reading chunks, while a batch is partly handed out.
@@ -174,6 +187,10 @@ impl<K> Sweeps<K> {
     ) -> Option<SweepChunk<K>> {
         if self.paused {
             return None;
+        }
+        if !self.again.is_empty() {
+            let again = std::mem::take(&mut self.again);
+            self.start(again.into_iter().filter(|id| subscribed(*id)), cache);
         }
         let mut held = self.places.len();
         let first = self.idle.iter().position(|s| s.may_go(held))?;
@@ -239,6 +256,9 @@ impl<K> Sweeps<K> {
         }
         if done || !subscribed {
             self.syncing.remove(&sweep.id);
+            if self.due_again.remove(&sweep.id) && subscribed {
+                self.again.push(sweep.id);
+            }
             if let Some(keys) = sweep.keys.release().filter(|k| !k.is_empty()) {
                 self.released.push(keys);
             }
@@ -266,9 +286,11 @@ impl<K> Sweeps<K> {
         self.places.front().map(|&(_, until)| until)
     }
 
-    /// Whether [`Sweeps::next`] would give a chunk now.
+    /// Whether [`Sweeps::next`] would give a chunk now (or start a sweep
+    /// due again).
     pub(super) fn ready(&self) -> bool {
-        !self.paused && self.idle.iter().any(|s| s.may_go(self.places.len()))
+        !self.paused
+            && (!self.again.is_empty() || self.idle.iter().any(|s| s.may_go(self.places.len())))
     }
 
     fn take_place(&mut self, now: Instant) -> u64 {
@@ -316,6 +338,34 @@ mod tests {
             }
         }
         log
+    }
+
+    /// A subscriber due again while its sweep runs (sweeps waited their
+    /// turn) is swept once more right after, however often it came due:
+    /// late, never skipped, never piled up.
+    #[test]
+    fn a_subscriber_due_during_its_sweep_is_swept_again_after_it() {
+        let cache = cache_of(2 * CHUNK);
+        let mut sweeps = Sweeps::default();
+        let t0 = Instant::now();
+        sweeps.start([SubscriberId(1)], &cache);
+        let first = sweeps.next(&cache, t0, |_| true).unwrap();
+        sweeps.start([SubscriberId(1)], &cache);
+        sweeps.start([SubscriberId(1)], &cache);
+        for f in first.to {
+            sweeps.taken(f, t0, true);
+        }
+        assert_eq!(run(&mut sweeps, &cache, t0), vec![vec![1]; 3]);
+        assert!(!sweeps.is_syncing(SubscriberId(1)) && !sweeps.ready());
+        // Forgotten meanwhile: not swept again.
+        sweeps.start([SubscriberId(2)], &cache);
+        let first = sweeps.next(&cache, t0, |_| true).unwrap();
+        sweeps.start([SubscriberId(2)], &cache);
+        sweeps.forget(SubscriberId(2));
+        for f in first.to {
+            sweeps.taken(f, t0, false);
+        }
+        assert!(run(&mut sweeps, &cache, t0).is_empty());
     }
 
     /// Sweeps due together run one after the other, the first due first;
@@ -428,7 +478,8 @@ mod tests {
     }
 
     /// SI-10: a subscriber is syncing from its sweep's start to its last
-    /// chunk taken, and due again meanwhile it is not swept twice.
+    /// chunk taken, and due again meanwhile it is not swept twice at once:
+    /// once more after.
     #[test]
     fn si10_a_subscriber_is_syncing_until_its_sweep_is_done_and_never_swept_twice() {
         let cache = cache_of(CHUNK + 1);
@@ -441,7 +492,11 @@ mod tests {
         sweeps.start([one], &cache);
         sweeps.taken(first.to.into_iter().next().unwrap(), now, true);
         assert!(sweeps.is_syncing(one));
-        assert_eq!(run(&mut sweeps, &cache, now), [[1]], "the rest, once");
+        assert_eq!(
+            run(&mut sweeps, &cache, now),
+            [[1], [1], [1]],
+            "the rest, then the sweep it was due again for"
+        );
         assert!(!sweeps.is_syncing(one));
         sweeps.start([one], &cache);
         assert_eq!(run(&mut sweeps, &cache, now).len(), 2, "a new sweep");
