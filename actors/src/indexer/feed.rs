@@ -179,6 +179,11 @@ impl<K: kube::Resource + Send + Sync + 'static> FeedOutlet<K> {
         consistent_at: Option<String>,
         cache: &Cache<K>,
     ) {
+        // A closed feed takes no more points: noting changes would only grow.
+        if self.feed.is_closed() {
+            self.changed.clear();
+            return;
+        }
         for a in applied {
             let restored = matches!(
                 a.event,
@@ -247,6 +252,10 @@ mod tests {
         feed.offer(cache.snapshot(), "6".into(), &mut changed);
         assert!(changed.is_empty(), "changes are no longer kept");
         assert!(matches!(feed.take(Duration::ZERO), Err(FeedClosed)));
+        // Nor noted by the Indexer's side between consistent points.
+        let mut outlet = FeedOutlet::new(feed.clone());
+        outlet.applied(&[applied("b", Cause::Watch, false)], None, &cache);
+        assert!(outlet.changed.is_empty());
     }
 
     /// Points not taken yet merge: the newest resourceVersion, the union of
