@@ -24,6 +24,7 @@
 
 mod compression;
 mod error;
+mod heap_reserve;
 mod identity;
 mod restore;
 mod snapshot_file;
