@@ -307,7 +307,10 @@ where
     /// it pays with many per-event subscribers (10: 77k/s against 34k/s) and
     /// is even with batched ones (BENCHMARKS.md, "The Reflector on a thread
     /// of its own"). Under glibc the initial sync takes 1.2–1.7× as long
-    /// with it (10k–100k ConfigMaps, 10k Pods; even for 100k Pods). Worth trying with spare cores, large objects (a Pod
+    /// with it (10k–100k ConfigMaps, 10k Pods; even for 100k Pods); 1.24×
+    /// for 100k ConfigMaps since its thread grows its arena ahead of the
+    /// decoded pages (BENCHMARKS.md, "Growing the decoding threads'
+    /// arenas"). Worth trying with spare cores, large objects (a Pod
     /// decodes in 31–53 µs) or a faster allocator than glibc's.
     pub fn reflector_thread(mut self, on: bool) -> Self {
         self.reflector_thread = on;

@@ -10,6 +10,7 @@
 pub mod answer;
 pub mod delta;
 pub mod event;
+pub mod heap_reserve;
 pub mod key;
 pub mod old;
 pub mod panic;

@@ -24,7 +24,6 @@
 
 mod compression;
 mod error;
-mod heap_reserve;
 mod identity;
 mod restore;
 mod snapshot_file;

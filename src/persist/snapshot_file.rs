@@ -18,24 +18,16 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use kinformer_actors::heap_reserve::HeapReserve;
 use kinformer_actors::reflector::decode::ObjectDecoder;
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 
 use super::compression::{DICTIONARY_SAMPLES, SAMPLE_BYTES, ValueReader, ValueWriter, sample};
 use super::error::SnapshotError;
-use super::heap_reserve::HeapReserve;
 use super::identity::{SNAPSHOT_SCHEMA, SnapshotIdentity};
 
 const OBJECTS: TableDefinition<&str, &[u8]> = TableDefinition::new("objects");
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
-
-/// What a decoding thread's arena is assumed to grow by per byte of JSON
-/// decoded, to keep space ahead of it ([`HeapReserve`]): measured 4.5 for
-/// the benchmark's ConfigMaps and 14 for its Pods (pages the arena grew by,
-/// `strace`); 8 left 2–3 % of the system calls.
-const HEAP_PER_JSON_BYTE: usize = 8;
-/// How much a decoding thread's arena grows by at a time, at most.
-const RESERVE_STEP: usize = 32 << 20;
 
 const IDENTITY: &str = "identity";
 const SCHEMA: &str = "schema";
@@ -216,13 +208,7 @@ fn read_pages_checked<K: Send + Sync>(
                 let mut reserve = HeapReserve::default();
                 let mut json_bytes = 0;
                 for (i, chunk) in rx {
-                    // Space for about eight more chunks like the last, so a
-                    // small snapshot reserves little.
-                    let heap = json_bytes * HEAP_PER_JSON_BYTE;
-                    if heap > 0 {
-                        reserve.taken(heap, (heap * 8).min(RESERVE_STEP));
-                    }
-                    json_bytes = 0;
+                    reserve.decoding(std::mem::take(&mut json_bytes));
                     let objects = chunk
                         .entries()
                         .map(|(key, stored)| {

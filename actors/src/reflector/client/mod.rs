@@ -31,6 +31,7 @@ use super::failure::Failure;
 use super::last_failure::LastFailure;
 use super::source::{ListerWatcher, PageRequest, WatchStream};
 use super::state::WatchRequest;
+use crate::heap_reserve::HeapReserve;
 use request::{list_request, page_params};
 use watch_body::watch_stream;
 
@@ -66,6 +67,8 @@ pub struct KubeSource<K: Resource> {
     decoder: PageDecoder,
     /// A body buffer reused from page to page of one list.
     spare: Vec<u8>,
+    /// Arena space kept ahead of the decoded pages (on a thread of its own).
+    reserve: HeapReserve,
 }
 
 impl<K: Resource + Clone> Clone for KubeSource<K> {
@@ -82,6 +85,7 @@ impl<K: Resource> KubeSource<K> {
             ahead: None,
             decoder: PageDecoder::default(),
             spare: Vec::new(),
+            reserve: HeapReserve::default(),
         }
     }
 
@@ -206,6 +210,7 @@ where
                 let buffer = std::mem::take(&mut self.spare);
                 self.ahead = Some(self.config.prefetch(next, buffer).await);
             }
+            self.reserve.decoding(body.len());
             let decoded = self.decoder.decode(&mut body, self.config.decode);
             self.spare = body;
             return match decoded {
