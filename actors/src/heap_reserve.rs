@@ -1,22 +1,29 @@
 //! Growing a decoding thread's glibc arena ahead of its allocations.
 //!
-//! glibc gives every thread but the main one an arena of its own and grows
-//! it by an `mprotect` of just the pages each allocation lacks (its
-//! `top_pad` applies only to the main arena), under the process's address
-//! space lock. A thread decoding many objects for a cache allocates them all
-//! at once: one snapshot restore of 100k ConfigMaps made 330 000 such
-//! calls, one page each, and most of its decoding threads' time went to them
-//! and to waiting for the lock (BENCHMARKS.md, "Growing the decoding
-//! threads' arenas"). The main thread's arena grows by `brk` with a 128 KiB
-//! pad, so it needs none of this.
+//! glibc gives every thread but the main one an arena of its own (up to
+//! eight per core, then threads share) and, when an allocation does not fit,
+//! grows it by an `mprotect` of just the pages that allocation lacks (its
+//! `top_pad` is not added there), under the process's address space lock.
+//! A thread decoding many objects for a cache allocates them all at once:
+//! one snapshot restore of 100k ConfigMaps made 330 000 such calls, one page
+//! each, and most of its decoding threads' time went to them and to waiting
+//! for the lock (BENCHMARKS.md, "Growing the decoding threads' arenas"). The
+//! main thread's arena grows by `brk` with a 128 KiB pad, so it needs none
+//! of this.
 //!
 //! A [`HeapReserve`] allocates blocks just under glibc's mmap threshold
-//! ahead of the decoding, then frees all but the last: the arena keeps that
-//! much free space (its pages untouched but the blocks' headers, so not
-//! resident), which the decoded objects then take without a system call,
-//! and the block held back stops glibc from trimming the space away. No
-//! setting or crate does this for a library (`mallopt` is process-wide and
-//! `unsafe`); other allocators only see a few large blocks come and go.
+//! ahead of the decoding, one `mprotect` each, then frees all but the last:
+//! they merge into one free chunk, which the decoded objects then split
+//! without a system call. Only the blocks' headers are written (one page per
+//! block becomes resident). The block held back keeps the space from being
+//! trimmed (`madvise`) and faulted in again; glibc remembers how far an
+//! arena was made writable anyway. No setting or crate does this for a
+//! library (`mallopt` is process-wide and `unsafe`). Only on Linux with
+//! glibc: other C libraries' allocators grow differently. Under another
+//! global allocator (jemalloc, mimalloc) the blocks are merely allocated and
+//! freed, a few hundred per 32 MiB; with glibc's mmap threshold set below
+//! the block size (`MALLOC_MMAP_THRESHOLD_`) each block is a mapping of its
+//! own, again only a cost.
 
 /// Below glibc's initial mmap threshold (128 KiB), so a block comes from
 /// the thread's arena, not from a mapping of its own.
@@ -34,25 +41,31 @@ const MAX_STEP: usize = 32 << 20;
 #[derive(Debug, Default)]
 pub struct HeapReserve {
     /// The last block allocated (the highest of the arena): holding it keeps
-    /// the free space below it from being trimmed.
+    /// the free space below it from being trimmed. Dropping the reserve
+    /// lets it go.
     pin: Option<Vec<u8>>,
     /// Bytes of the last growth not yet assumed taken.
     ahead: usize,
-    /// Off on the main thread (see the module's documentation); known at
-    /// the first batch (the reserve may be made on another thread).
-    on: Option<bool>,
+    /// Off on the main thread (see the module's documentation), known at
+    /// the first batch (a reserve may be made on another thread than the
+    /// one it serves). A thread is the main one by its name, `main`, which
+    /// Rust gives it when Rust's `main` is the program's entry.
+    enabled: Option<bool>,
 }
 
 impl HeapReserve {
-    /// Before (or after) decoding `json_bytes` of JSON into objects that
-    /// stay: keeps room for about eight more such batches, so a small list
-    /// reserves little.
-    pub fn decoding(&mut self, json_bytes: usize) {
+    /// After decoding `json_bytes` of JSON into objects that stay: keeps
+    /// room for another three to eight batches like it (it grows again once
+    /// a third is left), so a small list reserves little.
+    pub fn reserve_for(&mut self, json_bytes: usize) {
+        if !cfg!(all(target_os = "linux", target_env = "gnu")) {
+            return;
+        }
         let heap = json_bytes.saturating_mul(HEAP_PER_JSON_BYTE);
-        let on = *self
-            .on
+        let enabled = *self
+            .enabled
             .get_or_insert_with(|| std::thread::current().name() != Some("main"));
-        if on && heap > 0 {
+        if enabled && heap > 0 {
             self.taken(heap, heap.saturating_mul(8).min(MAX_STEP));
         }
     }
@@ -87,6 +100,7 @@ mod tests {
         let step = 4 * BLOCK;
         let mut r = HeapReserve::default();
         assert!(r.taken(0, step), "nothing ahead at first");
+        assert_eq!(r.ahead, step);
         assert!(r.pin.as_ref().is_some_and(|p| p.capacity() >= BLOCK));
         assert!(!r.taken(step / 2, step), "half is left");
         assert!(!r.taken(step / 6 - 1, step), "just over a third is left");
@@ -98,18 +112,41 @@ mod tests {
     #[test]
     fn off_on_the_main_thread_and_small_batches_reserve_little() {
         let mut r = HeapReserve {
-            on: Some(false),
+            enabled: Some(false),
             ..HeapReserve::default()
         };
-        r.decoding(1 << 20);
+        r.reserve_for(1 << 20);
         assert!(r.pin.is_none(), "the main thread's arena needs no reserve");
-        let mut r = HeapReserve::default();
-        r.decoding(0);
+        let mut r = HeapReserve {
+            enabled: Some(true),
+            ..HeapReserve::default()
+        };
+        r.reserve_for(0);
         assert!(r.pin.is_none(), "nothing decoded, nothing reserved");
-        assert_eq!(r.on, Some(true), "tests run on threads of their own");
-        r.decoding(1000);
-        assert_eq!(r.ahead, 1000 * HEAP_PER_JSON_BYTE * 8);
-        r.decoding(100 << 20);
-        assert_eq!(r.ahead, MAX_STEP, "a step is capped");
+        if cfg!(all(target_os = "linux", target_env = "gnu")) {
+            r.reserve_for(1000);
+            assert_eq!(r.ahead, 1000 * HEAP_PER_JSON_BYTE * 8);
+            r.reserve_for(100 << 20);
+            assert_eq!(r.ahead, MAX_STEP, "a step is capped");
+        }
+    }
+
+    #[test]
+    fn a_thread_named_main_is_the_main_one() {
+        let enabled = |name: &str| {
+            std::thread::Builder::new()
+                .name(name.into())
+                .spawn(|| {
+                    let mut r = HeapReserve::default();
+                    r.reserve_for(1);
+                    r.enabled
+                })
+                .expect("spawn")
+                .join()
+                .expect("join")
+        };
+        let gnu = cfg!(all(target_os = "linux", target_env = "gnu"));
+        assert_eq!(enabled("main"), gnu.then_some(false));
+        assert_eq!(enabled("decoder"), gnu.then_some(true));
     }
 }

@@ -10,6 +10,7 @@
 pub mod answer;
 pub mod delta;
 pub mod event;
+#[doc(hidden)] // for kinformer's snapshot restore, not an API
 pub mod heap_reserve;
 pub mod key;
 pub mod old;

@@ -208,7 +208,7 @@ fn read_pages_checked<K: Send + Sync>(
                 let mut reserve = HeapReserve::default();
                 let mut json_bytes = 0;
                 for (i, chunk) in rx {
-                    reserve.decoding(std::mem::take(&mut json_bytes));
+                    reserve.reserve_for(std::mem::take(&mut json_bytes));
                     let objects = chunk
                         .entries()
                         .map(|(key, stored)| {

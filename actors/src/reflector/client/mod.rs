@@ -67,7 +67,7 @@ pub struct KubeSource<K: Resource> {
     decoder: PageDecoder,
     /// A body buffer reused from page to page of one list.
     spare: Vec<u8>,
-    /// Arena space kept ahead of the decoded pages (on a thread of its own).
+    /// Arena space kept ahead of one list's decoded pages (on a thread of its own).
     reserve: HeapReserve,
 }
 
@@ -210,11 +210,14 @@ where
                 let buffer = std::mem::take(&mut self.spare);
                 self.ahead = Some(self.config.prefetch(next, buffer).await);
             }
-            self.reserve.decoding(body.len());
             let decoded = self.decoder.decode(&mut body, self.config.decode);
+            let json_bytes = body.len();
             self.spare = body;
             return match decoded {
-                Ok(page) => Ok(page),
+                Ok(page) => {
+                    self.reserve.reserve_for(json_bytes);
+                    Ok(page)
+                }
                 Err(PageError::Tape(e)) => {
                     // The decoder has switched to serde_json: fetch this page again.
                     tracing::warn!(%e, "simd-json refused a list page; fetching it again for serde_json");
@@ -246,10 +249,11 @@ where
             page.continue_token.as_deref().is_none_or(str::is_empty)
         });
         if last {
-            // The list is over (or failed): its buffers go.
+            // The list is over (or failed): its buffers and its arena space go.
             self.ahead = None;
             self.decoder = PageDecoder::default();
             self.spare = Vec::new();
+            self.reserve = HeapReserve::default();
         }
         result
     }
