@@ -649,6 +649,159 @@ async fn fake_server(list: Option<&'static str>) -> (String, Arc<std::sync::atom
     (url, watches)
 }
 
+/// A server whose list answers page `i` of `pages` for `continue=i` (the
+/// first without one), counting list requests; watches are held open.
+async fn paged_server(pages: Vec<String>) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let lists = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = lists.clone();
+    tokio::task::spawn_local(async move {
+        let mut held = Vec::new();
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            let mut head = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match socket.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+            let request = String::from_utf8_lossy(&head).to_string();
+            let line = request.lines().next().unwrap_or_default().to_string();
+            if line.contains("watch=true") {
+                let _ = socket
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n")
+                    .await;
+                held.push(socket);
+                continue;
+            }
+            counted.fetch_add(1, Ordering::SeqCst);
+            let page: usize = line
+                .split(['?', '&', ' '])
+                .find_map(|p| p.strip_prefix("continue="))
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(0);
+            let body = &pages[page.min(pages.len() - 1)];
+            let _ = socket
+                .write_all(
+                    format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+                        body.len()
+                    )
+                    .as_bytes(),
+                )
+                .await;
+        }
+    });
+    (url, lists)
+}
+
+/// `pages` ConfigMap list pages of `per_page` objects each, chained by
+/// `continue` tokens; `metadata` after `items` when `items_first`, and an
+/// integer past 64 bits in the objects of page `huge` (simd-json refuses it).
+fn list_pages(
+    pages: usize,
+    per_page: usize,
+    items_first: bool,
+    huge: Option<usize>,
+) -> Vec<String> {
+    (0..pages)
+        .map(|p| {
+            let items: Vec<String> = (0..per_page)
+                .map(|i| {
+                    let extra = if huge == Some(p) { r#","x-extension":18446744073709551616"# } else { "" };
+                    format!(
+                        r#"{{"metadata":{{"name":"cm-{p}-{i}","namespace":"default","resourceVersion":"5"}},"data":{{"k":"{p}-{i}"}}{extra}}}"#
+                    )
+                })
+                .collect();
+            let token = if p + 1 < pages { format!(r#","continue":"{}""#, p + 1) } else { String::new() };
+            let metadata = format!(r#""metadata":{{"resourceVersion":"5"{token}}}"#);
+            let items = format!(r#""items":[{}]"#, items.join(","));
+            let (a, b) = if items_first { (items, metadata) } else { (metadata, items) };
+            format!(r#"{{"kind":"ConfigMapList","apiVersion":"v1",{a},{b}}}"#)
+        })
+        .collect()
+}
+
+/// Every object of a paged list is cached once, whether its pages decode on
+/// the Reflector's thread or ahead on tokio's blocking threads, and whatever the
+/// order of `metadata` and `items` (the next page is asked for early only
+/// when `continue` comes first): each page is requested once.
+#[actix::test]
+async fn a_paged_list_is_cached_whole_decoded_in_place_or_ahead() {
+    for decoders in [0, 1, 2] {
+        for items_first in [false, true] {
+            let (url, lists) = paged_server(list_pages(5, 7, items_first, None)).await;
+            let informer = informer_at(&url)
+                .page_size(7)
+                .list_decoders(decoders)
+                .start()
+                .unwrap();
+            informer.wait_for_sync(SYNC).await.unwrap();
+            let snapshot = informer.store().snapshot();
+            let what = format!("{decoders} decoders, items first: {items_first}");
+            assert_eq!(snapshot.len(), 35, "{what}");
+            for p in 0..5 {
+                for i in 0..7 {
+                    let cm = snapshot
+                        .get(format!("default/cm-{p}-{i}").as_str())
+                        .unwrap();
+                    assert_eq!(cm.data.as_ref().unwrap()["k"], format!("{p}-{i}"), "{what}");
+                }
+            }
+            assert_eq!(
+                lists.load(Ordering::SeqCst),
+                5,
+                "one request per page: {what}"
+            );
+            let stats = informer.stats();
+            assert_eq!((stats.failures, stats.relists), (0, 0), "{what}");
+            informer.stop().await;
+        }
+    }
+}
+
+/// A page simd-json refuses, in the middle of a paged list: it and the
+/// pages after it are fetched again for serde_json, and the list completes
+/// without a failure, in place or ahead.
+#[actix::test]
+async fn a_page_simd_json_refuses_mid_list_is_fetched_again_for_serde_json() {
+    for decoders in [0, 2] {
+        let (url, lists) = paged_server(list_pages(4, 3, false, Some(2))).await;
+        let informer = informer_at(&url)
+            .page_size(3)
+            .list_decoders(decoders)
+            .start()
+            .unwrap();
+        informer.wait_for_sync(SYNC).await.unwrap();
+        let snapshot = informer.store().snapshot();
+        assert_eq!(snapshot.len(), 12, "{decoders} decoders");
+        assert_eq!(
+            snapshot
+                .get("default/cm-2-1")
+                .unwrap()
+                .data
+                .as_ref()
+                .unwrap()["k"],
+            "2-1"
+        );
+        assert!(lists.load(Ordering::SeqCst) >= 5, "page 2 fetched again");
+        let stats = informer.stats();
+        assert_eq!(
+            (stats.failures, stats.relists),
+            (0, 0),
+            "{decoders} decoders"
+        );
+        informer.stop().await;
+    }
+}
+
 fn informer_at(url: &str) -> kinformer::InformerBuilder<ConfigMap> {
     let client = common::client_at(url);
     Informer::builder(kube::Api::<ConfigMap>::namespaced(client, "default"))

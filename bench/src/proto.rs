@@ -76,6 +76,10 @@ pub struct Variant {
     /// of its own (`InformerBuilder::reflector_thread`).
     #[serde(default)]
     pub reflector_thread: bool,
+    /// kinformer only: list pages decoded at once
+    /// (`InformerBuilder::list_decoders`); `None`: its default.
+    #[serde(default)]
+    pub list_decoders: Option<usize>,
 }
 
 /// The kinformer subscription call under test: one variant at a time.
@@ -113,6 +117,7 @@ impl Variant {
         tokio_streams: false,
         stream_actors: None,
         reflector_thread: false,
+        list_decoders: None,
     };
     /// kube-runtime with defaults.
     pub const KUBE_RUNTIME: Variant = Variant {
@@ -127,6 +132,7 @@ impl Variant {
         tokio_streams: false,
         stream_actors: None,
         reflector_thread: false,
+        list_decoders: None,
     };
 
     /// The same with streaming lists.
@@ -204,6 +210,12 @@ impl Variant {
         self
     }
 
+    /// The same with `n` list pages decoded at once (0: in place).
+    pub const fn list_decoders(mut self, n: usize) -> Self {
+        self.list_decoders = Some(n);
+        self
+    }
+
     /// The same indexed and read-probed (see `indexed`).
     pub const fn indexed(mut self) -> Self {
         self.indexed = true;
@@ -246,6 +258,11 @@ impl Variant {
         if self.reflector_thread {
             s.push_str(" (reflector thread)");
         }
+        match self.list_decoders {
+            None => {}
+            Some(0) => s.push_str(" (pages decoded in place)"),
+            Some(n) => s.push_str(&format!(" ({n} pages decoded at once)")),
+        }
         match self.delivery {
             Delivery::Each => {}
             Delivery::Batched => s.push_str(" (batched subscribers)"),
@@ -264,7 +281,8 @@ impl Variant {
 
 /// How long a restarted kinformer child waits for the server to confirm its
 /// restored cache: a resume is confirmed by the watch's first event or
-/// bookmark, which a quiet server may send minutes later.
+/// bookmark, which a quiet server may send minutes later. Once the restored
+/// informer relists (a 410), it waits for the relist's end instead.
 pub const CONFIRM_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// The object type.

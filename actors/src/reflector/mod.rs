@@ -41,7 +41,10 @@ pub mod warm_start;
 
 pub use actor::{Reflector, ResourceVersionWatch};
 pub use backoff::Backoff;
-pub use client::{KubeSource, ListWatch, MAX_WATCH_LINE, PROBE_TIMEOUT, classify};
+pub use client::{
+    KubeSource, ListWatch, MAX_LIST_DECODERS, MAX_WATCH_LINE, PROBE_TIMEOUT, classify,
+    default_list_decoders,
+};
 pub use event::{INITIAL_EVENTS_END, SourceEvent};
 pub use failure::Failure;
 pub use last_failure::{LastFailure, RequestFailure};

@@ -142,6 +142,9 @@ where
         .page_size(spec.page_size)
         .streaming_lists(spec.variant.streaming)
         .reflector_thread(spec.variant.reflector_thread);
+    if let Some(n) = spec.variant.list_decoders {
+        builder = builder.list_decoders(n);
+    }
     if spec.variant.strip == Strip::AfterDecode {
         builder = builder.transform(|mut o: K| {
             o.meta_mut().managed_fields = None;
@@ -531,7 +534,12 @@ impl<K: Object> Under for KinUnder<K> {
             if confirmed() {
                 break Some(t0.elapsed().as_secs_f64() * 1000.0);
             }
-            if waited.elapsed() >= CONFIRM_WAIT {
+            // A relist after a 410 is under way: waited for to its end (a
+            // (b) start left unconfirmed would leave the next start a
+            // snapshot from before the compaction).
+            let relisting = self.informer.stats().lists > 0;
+            let limit = if relisting { timeout } else { CONFIRM_WAIT };
+            if waited.elapsed() >= limit {
                 break None;
             }
             tokio::time::sleep(Duration::from_millis(1)).await;

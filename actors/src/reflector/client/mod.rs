@@ -10,6 +10,7 @@
 //! - [`classify`](mod@classify): kube errors and `Status` answers as [`Failure`]s.
 
 pub mod classify;
+mod list_ahead;
 mod request;
 mod watch_body;
 
@@ -24,6 +25,7 @@ use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 
 pub use classify::classify;
+pub use list_ahead::{MAX_LIST_DECODERS, default_list_decoders};
 pub use watch_body::MAX_WATCH_LINE;
 
 use super::decode::{self, DecodeOptions, Page, PageDecoder, PageError};
@@ -32,6 +34,7 @@ use super::last_failure::LastFailure;
 use super::source::{ListerWatcher, PageRequest, WatchStream};
 use super::state::WatchRequest;
 use crate::heap_reserve::HeapReserve;
+use list_ahead::{ListAhead, Miss};
 use request::{list_request, page_params};
 use watch_body::watch_stream;
 
@@ -50,6 +53,10 @@ pub struct ListWatch<K: Resource> {
     pub read_timeout: Duration,
     /// Where failed requests are recorded.
     pub failures: Arc<LastFailure>,
+    /// Pages of a list decoding at once (up to [`MAX_LIST_DECODERS`]), on
+    /// tokio's blocking threads, while the informer's thread caches the
+    /// pages before; 0: pages decode on the Reflector's thread.
+    pub list_decoders: usize,
 }
 
 /// kube-client's [`ListerWatcher`]: a [`ListWatch`] and the state of the list
@@ -58,9 +65,15 @@ pub struct ListWatch<K: Resource> {
 /// Pages are pipelined: as soon as a page's `metadata.continue` is read
 /// (servers send `metadata` before `items`), the next page is requested, and
 /// the server produces it while this one decodes (fetching a page of
-/// ConfigMaps costs about as much as decoding it).
+/// ConfigMaps costs about as much as decoding it). With
+/// [`ListWatch::list_decoders`], pages are decoded ahead on tokio's
+/// blocking threads (`list_ahead`).
 pub struct KubeSource<K: Resource> {
     config: ListWatch<K>,
+    /// The list being fetched and decoded ahead (with `list_decoders`).
+    list_ahead: Option<ListAhead<K>>,
+    /// False once simd-json refused a page of the list in progress.
+    tape: bool,
     /// The next page, being fetched; dropped (aborted) when not asked for.
     ahead: Option<Prefetch>,
     /// simd-json's scratch space, kept from page to page of one list.
@@ -82,6 +95,8 @@ impl<K: Resource> KubeSource<K> {
     pub fn new(config: ListWatch<K>) -> Self {
         KubeSource {
             config,
+            list_ahead: None,
+            tape: true,
             ahead: None,
             decoder: PageDecoder::default(),
             spare: Vec::new(),
@@ -232,25 +247,96 @@ where
     }
 }
 
+impl<K> KubeSource<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    /// The page answering `req` from the list fetched and decoded ahead,
+    /// which starts (again) from `req` unless its next page answers it. A
+    /// page simd-json refuses is fetched again, with the rest of the list,
+    /// for serde_json.
+    async fn decode_ahead(&mut self, req: &PageRequest) -> Result<Page<K>, Failure> {
+        let mut fresh = false;
+        loop {
+            let list = match &mut self.list_ahead {
+                Some(list) if list.answers(req) => list,
+                slot => {
+                    fresh = true;
+                    let config = self.config.clone();
+                    let fetch = move |req: PageRequest, body| {
+                        let config = config.clone();
+                        async move { config.fetch_page(&config.params(&req), body).await }
+                    };
+                    let (n, options) = (self.config.list_decoders, self.config.decode);
+                    slot.insert(ListAhead::start(fetch, req.clone(), n, self.tape, options))
+                }
+            };
+            let miss = match list.next_page().await {
+                Ok(page) => return Ok(page),
+                Err(miss) => miss,
+            };
+            self.list_ahead = None;
+            match miss {
+                Miss::Fetch(err) => return Err(self.config.failed("list", &err)),
+                Miss::Malformed(e) => {
+                    return Err(self.config.failed("list", &kube::Error::SerdeError(e)));
+                }
+                Miss::Refused(e) if self.tape => {
+                    tracing::warn!(%e, "simd-json refused a list page; fetching it again for serde_json");
+                    self.tape = false;
+                }
+                // Refused without the tape cannot happen: serde_json decides those.
+                Miss::Refused(e) => {
+                    return Err(self.config.failed("list", &kube::Error::SerdeError(e)));
+                }
+                // Its fetching stopped early: once more, from here.
+                Miss::Ended if !fresh => {}
+                Miss::Ended | Miss::Lost => {
+                    let what = match miss {
+                        Miss::Lost => "decoding a list page panicked",
+                        _ => "fetching a list's pages stopped",
+                    };
+                    tracing::error!("{what}; the list is retried");
+                    let err = std::io::Error::other(what);
+                    self.config
+                        .failures
+                        .record_error("list", &kube::Error::ReadEvents(err));
+                    return Err(Failure::Other);
+                }
+            }
+        }
+    }
+}
+
 impl<K> ListerWatcher<K> for KubeSource<K>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
     async fn list_page(&mut self, req: &PageRequest) -> Result<Page<K>, Failure> {
+        let ahead = self.config.list_decoders > 0;
         if req.continue_token.is_none() {
             // A new list: nothing fetched ahead is wanted, and a page simd-json
             // refused in an earlier list does not keep this one off the tape.
             self.ahead = None;
+            self.list_ahead = None;
+            self.tape = true;
             self.decoder = PageDecoder::default();
-            self.spare = Vec::with_capacity(1 << 20);
+            if !ahead {
+                self.spare = Vec::with_capacity(1 << 20);
+            }
         }
-        let result = self.fetch_and_decode(req).await;
+        let result = if ahead {
+            self.decode_ahead(req).await
+        } else {
+            self.fetch_and_decode(req).await
+        };
         let last = result.as_ref().map_or(true, |page| {
             page.continue_token.as_deref().is_none_or(str::is_empty)
         });
         if last {
-            // The list is over (or failed): its buffers and its arena space go.
+            // The list is over (or failed): its buffers, fetching and arena space go.
             self.ahead = None;
+            self.list_ahead = None;
             self.decoder = PageDecoder::default();
             self.spare = Vec::new();
             self.reserve = HeapReserve::default();
