@@ -606,57 +606,49 @@ async fn silent_server(hang_lists: bool) -> (String, Arc<std::sync::atomic::Atom
 
 /// [`silent_server`], answering lists with `list` (or never).
 async fn fake_server(list: Option<&'static str>) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
     let watches = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let opened = watches.clone();
-    tokio::task::spawn_local(async move {
-        let mut held = Vec::new();
-        loop {
-            let Ok((mut socket, _)) = listener.accept().await else {
-                return;
-            };
-            let mut head = Vec::new();
-            let mut buf = [0u8; 4096];
-            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                match socket.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => head.extend_from_slice(&buf[..n]),
-                }
-            }
-            let request = String::from_utf8_lossy(&head).to_string();
-            if request.contains("watch=true") {
-                opened.fetch_add(1, Ordering::SeqCst);
-                let _ = socket
-                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n")
-                    .await;
-            } else if let Some(body) = list {
-                let _ = socket
-                    .write_all(
-                        format!(
-                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
-                            body.len()
-                        )
-                        .as_bytes(),
-                    )
-                    .await;
-                continue;
-            }
-            held.push(socket);
+    let url = scripted_server(move |request| {
+        if request.contains("watch=true") {
+            opened.fetch_add(1, Ordering::SeqCst);
+            return None;
         }
-    });
+        list.map(str::to_owned)
+    })
+    .await;
     (url, watches)
 }
 
 /// A server whose list answers page `i` of `pages` for `continue=i` (the
 /// first without one), counting list requests; watches are held open.
 async fn paged_server(pages: Vec<String>) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    let lists = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = lists.clone();
+    let url = scripted_server(move |request| {
+        let line = request.lines().next().unwrap_or_default();
+        if line.contains("watch=true") {
+            return None;
+        }
+        counted.fetch_add(1, Ordering::SeqCst);
+        let page: usize = line
+            .split(['?', '&', ' '])
+            .find_map(|p| p.strip_prefix("continue="))
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        Some(pages[page.min(pages.len() - 1)].clone())
+    })
+    .await;
+    (url, lists)
+}
+
+/// A server that reads each request's head and answers it with `answer`:
+/// `Some(body)`, a 200 with that JSON and the connection closed; `None`,
+/// the connection held open without a word (after a 200 header for a watch:
+/// a watch that never sends).
+async fn scripted_server(mut answer: impl FnMut(&str) -> Option<String> + 'static) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    let lists = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counted = lists.clone();
     tokio::task::spawn_local(async move {
         let mut held = Vec::new();
         loop {
@@ -672,33 +664,30 @@ async fn paged_server(pages: Vec<String>) -> (String, Arc<std::sync::atomic::Ato
                 }
             }
             let request = String::from_utf8_lossy(&head).to_string();
-            let line = request.lines().next().unwrap_or_default().to_string();
-            if line.contains("watch=true") {
-                let _ = socket
-                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n")
-                    .await;
-                held.push(socket);
-                continue;
+            match answer(&request) {
+                Some(body) => {
+                    let _ = socket
+                        .write_all(
+                            format!(
+                                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+                                body.len()
+                            )
+                            .as_bytes(),
+                        )
+                        .await;
+                }
+                None => {
+                    if request.contains("watch=true") {
+                        let _ = socket
+                            .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n")
+                            .await;
+                    }
+                    held.push(socket);
+                }
             }
-            counted.fetch_add(1, Ordering::SeqCst);
-            let page: usize = line
-                .split(['?', '&', ' '])
-                .find_map(|p| p.strip_prefix("continue="))
-                .and_then(|c| c.parse().ok())
-                .unwrap_or(0);
-            let body = &pages[page.min(pages.len() - 1)];
-            let _ = socket
-                .write_all(
-                    format!(
-                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
-                        body.len()
-                    )
-                    .as_bytes(),
-                )
-                .await;
         }
     });
-    (url, lists)
+    url
 }
 
 /// `pages` ConfigMap list pages of `per_page` objects each, chained by
