@@ -718,6 +718,23 @@ fn list_pages(
         .collect()
 }
 
+/// An informer synced from a [`paged_server`] of `pages`, with the server's
+/// list request count.
+async fn synced_paged(
+    pages: Vec<String>,
+    page_size: u32,
+    decoders: usize,
+) -> (Informer<ConfigMap>, Arc<std::sync::atomic::AtomicUsize>) {
+    let (url, lists) = paged_server(pages).await;
+    let informer = informer_at(&url)
+        .page_size(page_size)
+        .list_decoders(decoders)
+        .start()
+        .unwrap();
+    informer.wait_for_sync(SYNC).await.unwrap();
+    (informer, lists)
+}
+
 /// Every object of a paged list is cached once, whether its pages decode on
 /// the Reflector's thread or ahead on tokio's blocking threads, and whatever the
 /// order of `metadata` and `items` (the next page is asked for early only
@@ -726,13 +743,8 @@ fn list_pages(
 async fn a_paged_list_is_cached_whole_decoded_in_place_or_ahead() {
     for decoders in [0, 1, 2] {
         for items_first in [false, true] {
-            let (url, lists) = paged_server(list_pages(5, 7, items_first, None)).await;
-            let informer = informer_at(&url)
-                .page_size(7)
-                .list_decoders(decoders)
-                .start()
-                .unwrap();
-            informer.wait_for_sync(SYNC).await.unwrap();
+            let pages = list_pages(5, 7, items_first, None);
+            let (informer, lists) = synced_paged(pages, 7, decoders).await;
             let snapshot = informer.store().snapshot();
             let what = format!("{decoders} decoders, items first: {items_first}");
             assert_eq!(snapshot.len(), 35, "{what}");
@@ -762,13 +774,8 @@ async fn a_paged_list_is_cached_whole_decoded_in_place_or_ahead() {
 #[actix::test]
 async fn a_page_simd_json_refuses_mid_list_is_fetched_again_for_serde_json() {
     for decoders in [0, 2] {
-        let (url, lists) = paged_server(list_pages(4, 3, false, Some(2))).await;
-        let informer = informer_at(&url)
-            .page_size(3)
-            .list_decoders(decoders)
-            .start()
-            .unwrap();
-        informer.wait_for_sync(SYNC).await.unwrap();
+        let pages = list_pages(4, 3, false, Some(2));
+        let (informer, lists) = synced_paged(pages, 3, decoders).await;
         let snapshot = informer.store().snapshot();
         assert_eq!(snapshot.len(), 12, "{decoders} decoders");
         assert_eq!(
