@@ -233,7 +233,8 @@ impl<K: Object> Subscription<K> {
     /// Changes the resync period (`ZERO` = never; below
     /// [`MINIMUM_RESYNC_PERIOD`](crate::MINIMUM_RESYNC_PERIOD) is raised to
     /// it) and answers the period now in force. The next resync comes one new
-    /// period from now; a sweep already under way finishes.
+    /// period from now (the period in force asked for again changes nothing);
+    /// a sweep already under way finishes.
     /// `SubscriberGone` when the subscriber's actor stopped or the
     /// subscription was ended (through any clone), `Stopped` when the
     /// informer did.

@@ -75,9 +75,14 @@ impl<Id: Clone + Eq + Hash + Ord> ResyncSchedule<Id> {
     }
 
     /// Adds (or re-schedules) a subscriber; it is first due at `now` plus the
-    /// returned effective period (`ZERO`: never).
+    /// returned effective period (`ZERO`: never). A subscriber scheduled
+    /// again with the period in force keeps its due time (asking for the
+    /// same period twice does not put its resync off).
     pub fn insert(&mut self, id: Id, period: Duration, now: Instant) -> Duration {
         let period = effective_resync_period(period);
+        if self.entries.get(&id).is_some_and(|e| e.period == period) {
+            return period;
+        }
         let next_due = if period.is_zero() {
             None
         } else {
@@ -285,6 +290,22 @@ mod tests {
             Duration::ZERO
         );
         assert_eq!(sched.next_wakeup(), None);
+    }
+
+    /// The same period again (as asked, or raised to the minimum) keeps the
+    /// due time; another period starts from now.
+    #[test]
+    fn reinsert_with_the_period_in_force_keeps_the_due_time() {
+        let base = Instant::now();
+        let mut sched = ResyncSchedule::new();
+        sched.insert("a", s(5), base);
+        assert_eq!(sched.insert("a", s(5), base + s(4)), s(5));
+        assert_eq!(sched.next_due(&"a"), Some(base + s(5)));
+        sched.insert("b", ms(10), base);
+        sched.insert("b", ms(500), base + ms(700));
+        assert_eq!(sched.next_due(&"b"), Some(base + s(1)), "both raised to 1 s");
+        sched.insert("a", s(6), base + s(4));
+        assert_eq!(sched.next_due(&"a"), Some(base + s(10)));
     }
 
     #[test]
