@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use config::{Map, Source, Value, ValueKind};
+use kinformer_apiserver::selector::{FieldSelector, LabelSelector};
 use serde::{Deserialize, Serialize};
 
 /// Where the built-in defaults "come from", in messages.
@@ -812,6 +813,14 @@ fn validate(l: &Loaded) -> Result<(), ConfigError> {
     let mut snapshots = BTreeMap::new();
     for (i, inf) in s.informers.iter().enumerate() {
         let at = |k: &str| format!("informers[{i}].{k}");
+        // Refused here rather than by the server at the first list (an
+        // informer that never syncs, its reason only in `last_failure`).
+        if let Some(Err(e)) = inf.label_selector.as_deref().map(LabelSelector::parse) {
+            return Err(l.error(&at("label_selector"), e.to_string()));
+        }
+        if let Some(Err(e)) = inf.field_selector.as_deref().map(FieldSelector::parse) {
+            return Err(l.error(&at("field_selector"), e.to_string()));
+        }
         if let Some(dir) = inf.persist.as_ref().or(s.engine.persist.as_ref()) {
             let snapshot = (
                 dir,
@@ -1171,6 +1180,38 @@ mod tests {
         assert_eq!(e.key, "informers[1].persist");
         assert!(load_text(&two("label_selector = \"app=x\"\n"), &[]).is_ok());
         assert!(load_text(&two("persist = \"/tmp/other\"\n"), &[]).is_ok());
+    }
+
+    /// Selectors that do not parse are refused at load, with their key.
+    #[test]
+    fn malformed_selectors_are_refused_at_load() {
+        let one = |extra: &str| {
+            format!("[[informers]]\nname = \"a\"\nresource = \"configmaps\"\n{extra}")
+        };
+        for (line, key) in [
+            (
+                "label_selector = \"app in (a,\"",
+                "informers[0].label_selector",
+            ),
+            ("label_selector = \"=x\"", "informers[0].label_selector"),
+            (
+                "field_selector = \"metadata.name\"",
+                "informers[0].field_selector",
+            ),
+            (
+                "field_selector = \"spec..x=1\"",
+                "informers[0].field_selector",
+            ),
+        ] {
+            let e = load_text(&one(line), &[]).err().expect(line);
+            assert_eq!(e.key, key, "{line}");
+        }
+        for good in [
+            "label_selector = \"app=web,tier in (a,b),!legacy\"",
+            "field_selector = \"metadata.name=x,status.phase!=Running\"",
+        ] {
+            assert!(load_text(&one(good), &[]).is_ok(), "{good}");
+        }
     }
 
     #[test]
