@@ -303,7 +303,11 @@ mod tests {
         assert_eq!(sched.next_due(&"a"), Some(base + s(5)));
         sched.insert("b", ms(10), base);
         sched.insert("b", ms(500), base + ms(700));
-        assert_eq!(sched.next_due(&"b"), Some(base + s(1)), "both raised to 1 s");
+        assert_eq!(
+            sched.next_due(&"b"),
+            Some(base + s(1)),
+            "both raised to 1 s"
+        );
         sched.insert("a", s(6), base + s(4));
         assert_eq!(sched.next_due(&"a"), Some(base + s(10)));
     }
