@@ -69,6 +69,9 @@ struct Dirty {
     slot: Option<Slot>,
     /// When it became dirty (the queue-duration metric starts there).
     since: Instant,
+    /// Its queue-duration sample is recorded: put back (PQ-9) after a
+    /// hand-out that recorded it, so the next `get` records none.
+    observed: bool,
 }
 
 /// A key handed out and not done yet.
@@ -160,6 +163,7 @@ impl<K: Clone + Eq + Hash> Queue<K> {
                 priority,
                 slot: None,
                 since: now,
+                observed: false,
             };
             self.dirty.insert(key, dirty);
             return Added::Pending;
@@ -170,6 +174,7 @@ impl<K: Clone + Eq + Hash> Queue<K> {
             priority,
             slot: Some(slot),
             since: now,
+            observed: false,
         };
         self.dirty.insert(key, dirty);
         Added::Queued
@@ -186,8 +191,10 @@ impl<K: Clone + Eq + Hash> Queue<K> {
             };
         };
         let dirty = self.dirty.remove(&key).expect("a ready key is dirty");
-        self.queue_duration
-            .observe(now.saturating_duration_since(dirty.since));
+        if !dirty.observed {
+            self.queue_duration
+                .observe(now.saturating_duration_since(dirty.since));
+        }
         let processing = Processing {
             priority: dirty.priority,
             since: now,
@@ -224,23 +231,32 @@ impl<K: Clone + Eq + Hash> Queue<K> {
     /// again in the slot it left, first of its lane (a re-add meanwhile
     /// raises its priority, PQ-3). Not an add: not counted, and also while
     /// shutting down, where an add is ignored (the key would be lost; WQ-3
-    /// hands out what is queued). No work duration is recorded. False if
-    /// `key` was not processing.
+    /// hands out what is queued). No work duration is recorded, and its
+    /// next `get` records no second queue duration for the wait the first
+    /// recorded (a re-add's wait meanwhile is recorded). False if `key` was
+    /// not processing.
     pub fn put_back(&mut self, key: &K) -> bool {
         let Some(processing) = self.processing.remove(key) else {
             return false;
         };
-        let (priority, slot) = match self.dirty.get(key).map(|d| d.priority) {
-            Some(higher) if higher > processing.priority => (higher, self.slot(higher)),
+        let readded = self.dirty.get(key).map(|d| (d.priority, d.since));
+        let (priority, slot) = match readded {
+            Some((higher, _)) if higher > processing.priority => (higher, self.slot(higher)),
             _ => (processing.priority, processing.slot),
         };
         self.ready.insert(slot, key.clone());
+        // Re-added while processing: that add's wait is not recorded yet.
+        let (since, observed) = match readded {
+            Some((_, since)) => (since, false),
+            None => (processing.queued_since, true),
+        };
         self.dirty.insert(
             key.clone(),
             Dirty {
                 priority,
                 slot: Some(slot),
-                since: processing.queued_since,
+                since,
+                observed,
             },
         );
         true
@@ -430,6 +446,30 @@ mod tests {
         q.check_invariants();
         assert_eq!(q.ready_at_priority(Priority::Normal), 1);
         assert_eq!(get(&mut q, now), Some("a"));
+    }
+
+    /// One queue-duration sample per wait: a hand-out that reached no
+    /// worker recorded it, so the put-back key's next hand-out records
+    /// none; a re-add while it was out is a wait of its own, recorded.
+    #[test]
+    fn a_put_back_key_records_its_queue_duration_once() {
+        let t = t0();
+        let ms = Duration::from_millis;
+        let mut q = Queue::new("put-back-metrics");
+        q.add("a", Priority::Normal, t);
+        assert_eq!(get(&mut q, t + ms(10)), Some("a"));
+        assert!(q.put_back(&"a"));
+        assert_eq!(get(&mut q, t + ms(30)), Some("a"));
+        let m = q.metrics(t + ms(30));
+        assert_eq!(m.queue_duration.count(), 1);
+        assert!((m.queue_duration.sum() - 0.010).abs() < 1e-9);
+        q.add("a", Priority::Normal, t + ms(40));
+        assert!(q.put_back(&"a"));
+        assert_eq!(get(&mut q, t + ms(45)), Some("a"));
+        let m = q.metrics(t + ms(45));
+        assert_eq!(m.queue_duration.count(), 2, "the re-add's wait");
+        assert!((m.queue_duration.sum() - 0.015).abs() < 1e-9);
+        q.check_invariants();
     }
 
     /// WQ-T1: producers adding their own items many times, consumers taking
