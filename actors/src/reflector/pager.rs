@@ -114,7 +114,7 @@ where
         progress((handed_out + items.len()) as u64, total_hint);
         match token {
             Some(token) => {
-                next.continue_token = Some(token);
+                next = next.after(token);
                 handed_out += items.len();
                 if !page_out(std::mem::take(&mut items)).await {
                     return Ok(Listed {

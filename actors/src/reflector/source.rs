@@ -24,6 +24,18 @@ pub struct PageRequest {
     pub continue_token: Option<String>,
 }
 
+impl PageRequest {
+    /// The request for the page after this one's, whose `metadata.continue`
+    /// is `token`: the one request the pager makes, and what pages fetched
+    /// ahead are matched against.
+    pub fn after(&self, token: String) -> PageRequest {
+        PageRequest {
+            continue_token: Some(token),
+            ..self.clone()
+        }
+    }
+}
+
 /// A watch stream: events until the server closes it (`None`) or the first
 /// failure, which ends it.
 pub type WatchStream<K> = BoxStream<'static, Result<SourceEvent<K>, Failure>>;

@@ -157,14 +157,6 @@ impl<K: DeserializeOwned + Send + 'static> ListAhead<K> {
     }
 }
 
-/// The request for the page after `req`'s, whose `continue` is `token`.
-fn next_request(req: &PageRequest, token: String) -> PageRequest {
-    PageRequest {
-        continue_token: Some(token),
-        ..req.clone()
-    }
-}
-
 /// Fetches `req` and the pages after it, one at a time, handing each body
 /// to be decoded as soon as it is read (once fewer than `at_once` decode);
 /// stops after the last page, a failed request, a page whose `continue`
@@ -183,7 +175,7 @@ async fn fetch_ahead<K, F, Fut>(
         let (fetched, next) = match fetch(req.clone(), decoders.spare_body()).await {
             Err(err) => (Fetched::Failed(err), None),
             Ok(body) => {
-                let next = decode::peek_continue(&body).map(|token| next_request(&req, token));
+                let next = decode::peek_continue(&body).map(|token| req.after(token));
                 let decoded = decoders.decode(body).await;
                 let fetched = Fetched::Decoding {
                     decoded,
@@ -433,7 +425,7 @@ mod tests {
             let page = list.next_page().await.unwrap();
             assert_eq!(names(&page)[0], format!("{p}-0"));
             if let Some(token) = page.continue_token {
-                req = next_request(&req, token);
+                req = req.after(token);
             }
         }
         assert!(!list.answers(&req), "nothing after the last page");
@@ -449,7 +441,7 @@ mod tests {
         let mut list = start(serve(3, true, fetches.clone()), 2);
         let page = list.next_page().await.unwrap();
         assert_eq!(page.continue_token.as_deref(), Some("1"));
-        assert!(!list.answers(&next_request(&first(), "1".into())));
+        assert!(!list.answers(&first().after("1".into())));
         assert!(matches!(list.next_page().await, Err(Miss::Ended)));
         assert_eq!(fetches.load(Ordering::SeqCst), 1);
     }

@@ -218,10 +218,7 @@ where
             };
             let mut body = fetched.map_err(|err| self.config.failed("list", &err))?;
             if let Some(token) = decode::peek_continue(&body) {
-                let next = PageRequest {
-                    continue_token: Some(token),
-                    ..req.clone()
-                };
+                let next = req.after(token);
                 let buffer = std::mem::take(&mut self.spare);
                 self.ahead = Some(self.config.prefetch(next, buffer).await);
             }
