@@ -119,28 +119,49 @@ async fn a_subscriber_that_panics_is_removed_and_others_are_unaffected() {
     .await;
 }
 
+/// A streaming list's initial events, decoded on the Reflector's thread or
+/// ahead on blocking threads: every object cached as the server has it,
+/// then the same stream goes on as the watch.
 #[actix::test]
 async fn streaming_lists_sync_and_keep_watching() {
-    let server = server(10_000);
-    server.seed_configmaps("default", 1_000).unwrap();
-    let informer = informer(&server).streaming_lists(true).start().unwrap();
-    let (a, log) = Recorder::start();
-    let sub = informer
-        .subscribe(a.recipient(), SubscribeOptions::default())
-        .await
-        .unwrap();
-    sub.wait_for_sync(SYNC).await.unwrap();
-    assert_eq!(informer.store().snapshot().len(), 1_000);
-    server
-        .create(
-            "",
-            "configmaps",
-            Some("default"),
-            configmap("streamed", "1"),
-        )
-        .unwrap();
-    converges(&server, &log, "watch continues after the streaming list").await;
-    assert_eq!(informer.stats().relists, 0);
+    for decoders in [0, 2] {
+        let server = server(10_000);
+        server.seed_configmaps("default", 1_000).unwrap();
+        let informer = informer(&server)
+            .streaming_lists(true)
+            .list_decoders(decoders)
+            .start()
+            .unwrap();
+        let (a, log) = Recorder::start();
+        let sub = informer
+            .subscribe(a.recipient(), SubscribeOptions::default())
+            .await
+            .unwrap();
+        sub.wait_for_sync(SYNC).await.unwrap();
+        let cached: std::collections::BTreeMap<String, String> = informer
+            .store()
+            .snapshot()
+            .iter()
+            .map(|(k, o)| (k.to_string(), o.metadata.resource_version.clone().unwrap()))
+            .collect();
+        assert_eq!(cached, server_view(&server), "{decoders} decoders");
+        server
+            .create(
+                "",
+                "configmaps",
+                Some("default"),
+                configmap("streamed", "1"),
+            )
+            .unwrap();
+        converges(&server, &log, "watch continues after the streaming list").await;
+        let stats = informer.stats();
+        assert_eq!(
+            (stats.relists, stats.failures),
+            (0, 0),
+            "{decoders} decoders"
+        );
+        informer.stop().await;
+    }
 }
 
 /// DF-9: a compact cache takes a streaming list's initial events in pages

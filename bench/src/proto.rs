@@ -260,8 +260,8 @@ impl Variant {
         }
         match self.list_decoders {
             None => {}
-            Some(0) => s.push_str(" (pages decoded in place)"),
-            Some(n) => s.push_str(&format!(" ({n} pages decoded at once)")),
+            Some(0) => s.push_str(" (lists decoded in place)"),
+            Some(n) => s.push_str(&format!(" ({n} list decoders)")),
         }
         match self.delivery {
             Delivery::Each => {}

@@ -27,9 +27,10 @@ fn variants(kind: Kind) -> Vec<Variant> {
         // the informer's thread caches and delivers the previous ones.
         Variant::KINFORMER.reflector_thread(),
         Variant::KINFORMER.streaming().reflector_thread(),
-        // Issue 24: list pages decoded on the informer's thread (the default
-        // before list decoding threads).
+        // Issue 24: list pages and a streaming list's events decoded on the
+        // informer's thread (the default before list decoding threads).
         Variant::KINFORMER.list_decoders(0),
+        Variant::KINFORMER.streaming().list_decoders(0),
     ];
     if kind == Kind::Pod {
         v.push(Variant::KINFORMER.strip(Strip::AfterDecode));

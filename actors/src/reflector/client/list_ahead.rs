@@ -57,6 +57,12 @@ thread_local! {
     static RESERVE: RefCell<HeapReserve> = RefCell::new(HeapReserve::default());
 }
 
+/// Grows this (blocking) thread's arena ahead of what decoding
+/// `json_bytes` more will allocate.
+pub(super) fn reserve_ahead(json_bytes: usize) {
+    RESERVE.with(|r| r.borrow_mut().reserve_for(json_bytes));
+}
+
 /// How a list page ended up.
 type Decoded<K> = Result<Page<K>, PageError>;
 
@@ -277,7 +283,7 @@ impl Job {
         } = self;
         let decoded = decoder.decode(&mut body, options);
         if decoded.is_ok() {
-            RESERVE.with(|r| r.borrow_mut().reserve_for(body.len()));
+            reserve_ahead(body.len());
         }
         if !matches!(decoded, Err(PageError::Tape(_)))
             && let Ok(mut idle) = idle.lock()

@@ -10,6 +10,7 @@
 //! - [`classify`](mod@classify): kube errors and `Status` answers as [`Failure`]s.
 
 pub mod classify;
+mod events_ahead;
 mod list_ahead;
 mod request;
 mod watch_body;
@@ -36,7 +37,7 @@ use super::state::WatchRequest;
 use crate::heap_reserve::HeapReserve;
 use list_ahead::{ListAhead, Miss};
 use request::{list_request, page_params};
-use watch_body::watch_stream;
+use watch_body::{LineReader, watch_stream};
 
 /// What to list and watch: the API (resource and namespace) plus selectors.
 #[derive(Clone)]
@@ -53,9 +54,10 @@ pub struct ListWatch<K: Resource> {
     pub read_timeout: Duration,
     /// Where failed requests are recorded.
     pub failures: Arc<LastFailure>,
-    /// Pages of a list decoding at once (up to [`MAX_LIST_DECODERS`]), on
-    /// tokio's blocking threads, while the informer's thread caches the
-    /// pages before; 0: pages decode on the Reflector's thread.
+    /// Pages of a list, or runs of a streaming list's initial events,
+    /// decoding at once (up to [`MAX_LIST_DECODERS`]) on tokio's blocking
+    /// threads while the informer's thread caches the ones before; 0: they
+    /// decode on the Reflector's thread. Watch events always do.
     pub list_decoders: usize,
 }
 
@@ -67,7 +69,8 @@ pub struct ListWatch<K: Resource> {
 /// the server produces it while this one decodes (fetching a page of
 /// ConfigMaps costs about as much as decoding it). With
 /// [`ListWatch::list_decoders`], pages are decoded ahead on tokio's
-/// blocking threads (`list_ahead`).
+/// blocking threads (`list_ahead`), and so are a streaming list's initial
+/// events (`events_ahead`).
 pub struct KubeSource<K: Resource> {
     config: ListWatch<K>,
     /// The list being fetched and decoded ahead (with `list_decoders`).
@@ -388,7 +391,13 @@ where
                 .record_error(if streaming { "list" } else { "watch" }, &err);
             classify(&err)
         })?;
-        Ok(watch_stream::<K>(Box::pin(body), config.decode, deadline))
+        let body = Box::pin(body);
+        Ok(if streaming && config.list_decoders > 0 {
+            let reader = LineReader::new(body, deadline);
+            events_ahead::initial_events_ahead::<K>(reader, config.decode, config.list_decoders)
+        } else {
+            watch_stream::<K>(body, config.decode, deadline)
+        })
     }
 
     /// `GET /version`: answered by the API server itself, without etcd.

@@ -13,15 +13,181 @@ use crate::reflector::decode::{self, DecodeOptions, LineDecoder};
 use crate::reflector::event::SourceEvent;
 use crate::reflector::failure::Failure;
 
-/// The state of a watch body being read line by line.
-struct WatchBody {
+/// A watch body and when to give up on it: where its lines come from.
+pub(super) struct LineReader {
     body: Pin<Box<dyn AsyncBufRead + Send>>,
+    /// Past this, the watch is over whatever the connection says.
+    deadline: tokio::time::Instant,
+}
+
+/// What reading a watch body's next line gave.
+pub(super) enum Read {
+    /// A line (appended); `cut` when the body ended without its newline.
+    Line {
+        /// The line has no newline: the last bytes of a body cut short.
+        cut: bool,
+    },
+    /// The body ended (or its deadline passed): the watch closed.
+    End,
+    /// Reading failed (a line past [`MAX_WATCH_LINE`] is malformed).
+    Failed(Failure),
+}
+
+impl LineReader {
+    /// Reads `body` until `deadline`.
+    pub(super) fn new(
+        body: Pin<Box<dyn AsyncBufRead + Send>>,
+        deadline: tokio::time::Instant,
+    ) -> Self {
+        LineReader { body, deadline }
+    }
+
+    /// Appends the next line, with its newline, to `line`. Bytes of a
+    /// line that failed may have been appended.
+    pub(super) async fn next_line(&mut self, line: &mut Vec<u8>) -> Read {
+        // A fixed deadline: no clock read per line, and no timer is
+        // registered while lines are already buffered.
+        let read = tokio::time::timeout_at(
+            self.deadline,
+            read_line_capped(&mut self.body, line, MAX_WATCH_LINE),
+        );
+        let Ok(read) = read.await else {
+            tracing::warn!("the watch outlived its timeout without being closed; re-watching");
+            return Read::End;
+        };
+        match read {
+            Ok(0) => Read::End,
+            Ok(_) => Read::Line {
+                cut: line.last() != Some(&b'\n'),
+            },
+            Err(e) if ends_watch_cleanly(&e) => {
+                tracing::debug!(%e, "watch body ended");
+                Read::End
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                tracing::warn!(%e, "watch event too large");
+                Read::Failed(Failure::Malformed)
+            }
+            Err(e) => {
+                tracing::warn!(%e, "watch stream error");
+                Read::Failed(classify(&kube::Error::ReadEvents(e)))
+            }
+        }
+    }
+
+    /// Whether bytes are buffered, so the next line starts without waiting.
+    pub(super) async fn has_buffered(&mut self) -> bool {
+        let polled = futures::future::poll_immediate(self.body.fill_buf()).await;
+        matches!(polled, Some(Ok(buf)) if !buf.is_empty())
+    }
+}
+
+/// What one watch line says.
+pub(super) enum LineOutcome<K> {
+    /// An event.
+    Event(SourceEvent<K>),
+    /// The server's error, or a line that cannot be decoded: the watch ends.
+    Failed(Failure),
+    /// Blank, or skipped: the watch goes on.
+    Skipped,
+    /// The incomplete last line of a body cut short: the watch closed.
+    Cut,
+}
+
+/// Decodes one line as read (with its newline, if any; `cut` without).
+pub(super) fn decode_line<K: DeserializeOwned>(
+    decoder: &mut LineDecoder,
+    line: &[u8],
+    cut: bool,
+    options: DecodeOptions,
+) -> LineOutcome<K> {
+    let line = line.trim_ascii();
+    if line.is_empty() {
+        return LineOutcome::Skipped;
+    }
+    match decoder.decode::<K>(line, options) {
+        Ok(decode::WatchLine::Event(event)) => LineOutcome::Event(event),
+        Ok(decode::WatchLine::Error(status)) => {
+            tracing::info!(code = status.code, reason = %status.reason, message = %status.message, "watch ERROR event");
+            LineOutcome::Failed(classify_status(
+                status.code,
+                &status.reason,
+                &status.message,
+                None,
+            ))
+        }
+        // An incomplete last line: the body was cut; resume like a clean close.
+        Err(e) if e.is_eof() && cut => LineOutcome::Cut,
+        // The same, cut inside a multi-byte character.
+        Err(_) if cut && std::str::from_utf8(line).is_err_and(|u| u.error_len().is_none()) => {
+            LineOutcome::Cut
+        }
+        Err(e) => {
+            if let Some(why) = decode::skippable_watch_line::<K>(line) {
+                // R-17 steps 2–3: logged and skipped; the resourceVersion stays.
+                tracing::warn!(%e, why, "watch event skipped");
+                return LineOutcome::Skipped;
+            }
+            match decode::bare_status(line) {
+                Some(status) => LineOutcome::Failed(classify(&kube::Error::Api(Box::new(status)))),
+                None => {
+                    tracing::warn!(%e, "malformed watch event");
+                    LineOutcome::Failed(classify(&kube::Error::SerdeError(e)))
+                }
+            }
+        }
+    }
+}
+
+/// The state of a watch body being read and decoded line by line.
+pub(super) struct WatchBody {
+    reader: LineReader,
     line: Vec<u8>,
     decoder: LineDecoder,
     options: DecodeOptions,
     done: bool,
-    /// Past this, the watch is over whatever the connection says.
-    deadline: tokio::time::Instant,
+}
+
+impl WatchBody {
+    /// Reads and decodes `reader`'s lines.
+    pub(super) fn new(reader: LineReader, options: DecodeOptions) -> Self {
+        WatchBody {
+            reader,
+            line: Vec::with_capacity(16 * 1024),
+            decoder: LineDecoder::default(),
+            options,
+            done: false,
+        }
+    }
+
+    /// The next event; `None` at the body's end. Nothing follows a failure.
+    pub(super) async fn next_event<K: DeserializeOwned>(
+        &mut self,
+    ) -> Option<Result<SourceEvent<K>, Failure>> {
+        loop {
+            if self.done {
+                return None;
+            }
+            if self.line.capacity() > KEEP_LINE_CAPACITY {
+                self.line = Vec::with_capacity(16 * 1024);
+            }
+            self.line.clear();
+            let outcome = match self.reader.next_line(&mut self.line).await {
+                Read::End => LineOutcome::Cut,
+                Read::Failed(failure) => LineOutcome::Failed(failure),
+                Read::Line { cut } => decode_line(&mut self.decoder, &self.line, cut, self.options),
+            };
+            match outcome {
+                LineOutcome::Event(event) => return Some(Ok(event)),
+                LineOutcome::Skipped => {}
+                LineOutcome::Cut => self.done = true,
+                LineOutcome::Failed(failure) => {
+                    self.done = true;
+                    return Some(Err(failure));
+                }
+            }
+        }
+    }
 }
 
 /// Decodes a watch body, one event per line, ending at the first failure.
@@ -30,19 +196,9 @@ pub(crate) fn watch_stream<K: DeserializeOwned + Send + 'static>(
     options: DecodeOptions,
     deadline: tokio::time::Instant,
 ) -> futures::stream::BoxStream<'static, Result<SourceEvent<K>, Failure>> {
-    let state = WatchBody {
-        body,
-        line: Vec::with_capacity(16 * 1024),
-        decoder: LineDecoder::default(),
-        options,
-        done: false,
-        deadline,
-    };
+    let state = WatchBody::new(LineReader::new(body, deadline), options);
     futures::stream::unfold(state, |mut st| async move {
-        let item = next_event::<K>(&mut st).await?;
-        if item.is_err() {
-            st.done = true;
-        }
+        let item = st.next_event::<K>().await?;
         Some((item, st))
     })
     .boxed()
@@ -57,13 +213,14 @@ pub const MAX_WATCH_LINE: usize = 64 << 20;
 /// once that line is decoded.
 const KEEP_LINE_CAPACITY: usize = 4 << 20;
 
-/// Reads up to and including the next `\n` into `line`, like `read_until`,
+/// Appends up to and including the next `\n` to `line`, like `read_until`,
 /// but fails with `InvalidData` once the line passes `max` bytes.
 async fn read_line_capped(
     body: &mut Pin<Box<dyn AsyncBufRead + Send>>,
     line: &mut Vec<u8>,
     max: usize,
 ) -> std::io::Result<usize> {
+    let start = line.len();
     let mut read = 0;
     loop {
         let buf = body.fill_buf().await?;
@@ -80,91 +237,12 @@ async fn read_line_capped(
         if end {
             return Ok(read);
         }
-        if line.len() > max {
+        if line.len() - start > max {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
                 format!("watch event longer than {max} bytes"),
             ));
         }
-    }
-}
-
-/// The next event of a watch body; `None` at its end.
-async fn next_event<K: DeserializeOwned>(
-    st: &mut WatchBody,
-) -> Option<Result<SourceEvent<K>, Failure>> {
-    loop {
-        if st.done {
-            return None;
-        }
-        if st.line.capacity() > KEEP_LINE_CAPACITY {
-            st.line = Vec::with_capacity(16 * 1024);
-        }
-        st.line.clear();
-        // A fixed deadline: no clock read per line, and no timer is
-        // registered while lines are already buffered.
-        let read = tokio::time::timeout_at(
-            st.deadline,
-            read_line_capped(&mut st.body, &mut st.line, MAX_WATCH_LINE),
-        );
-        let Ok(read) = read.await else {
-            tracing::warn!("the watch outlived its timeout without being closed; re-watching");
-            return None;
-        };
-        match read {
-            Ok(0) => return None,
-            Ok(_) => {}
-            Err(e) if ends_watch_cleanly(&e) => {
-                tracing::debug!(%e, "watch body ended");
-                return None;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
-                tracing::warn!(%e, "watch event too large");
-                return Some(Err(Failure::Malformed));
-            }
-            Err(e) => {
-                tracing::warn!(%e, "watch stream error");
-                return Some(Err(classify(&kube::Error::ReadEvents(e))));
-            }
-        }
-        // Without its newline, the line is the last bytes of a body cut short.
-        let cut = st.line.last() != Some(&b'\n');
-        let line = st.line.trim_ascii();
-        if line.is_empty() {
-            continue;
-        }
-        return match st.decoder.decode::<K>(line, st.options) {
-            Ok(decode::WatchLine::Event(event)) => Some(Ok(event)),
-            Ok(decode::WatchLine::Error(status)) => {
-                tracing::info!(code = status.code, reason = %status.reason, message = %status.message, "watch ERROR event");
-                Some(Err(classify_status(
-                    status.code,
-                    &status.reason,
-                    &status.message,
-                    None,
-                )))
-            }
-            // An incomplete last line: the body was cut; resume like a clean close.
-            Err(e) if e.is_eof() && cut => None,
-            // The same, cut inside a multi-byte character.
-            Err(_) if cut && std::str::from_utf8(line).is_err_and(|u| u.error_len().is_none()) => {
-                None
-            }
-            Err(e) => {
-                if let Some(why) = decode::skippable_watch_line::<K>(line) {
-                    // R-17 steps 2–3: logged and skipped; the resourceVersion stays.
-                    tracing::warn!(%e, why, "watch event skipped");
-                    continue;
-                }
-                match decode::bare_status(line) {
-                    Some(status) => Some(Err(classify(&kube::Error::Api(Box::new(status))))),
-                    None => {
-                        tracing::warn!(%e, "malformed watch event");
-                        Some(Err(classify(&kube::Error::SerdeError(e))))
-                    }
-                }
-            }
-        };
     }
 }
 
