@@ -320,16 +320,19 @@ where
 
     /// List pages decoded at once (up to 4), on tokio's blocking threads,
     /// while the informer's thread caches the pages before them; for every
-    /// list (the initial one, a relist). 0 decodes pages on the Reflector's
-    /// thread. Default: 2, or 0 on one core. Decoding is most of a list's
-    /// time: on the 2-core benchmark machine, shared with the API server,
-    /// 10k and 100k Pods synced in 0.63–0.80× the time with 2 (0.33–0.40×
-    /// kube-runtime's), 10k ConfigMaps in 0.74–0.80×, 100k ConfigMaps in
-    /// 0.92–1.01× (their cache, not their decoding, sets the pace), for
-    /// 5–37 % more CPU (objects decoded on one core are touched on the other), and
-    /// up to `n + 1` fetched pages held ahead (BENCHMARKS.md, "List pages
-    /// decoded on more than one core"). Watch events and streaming lists
-    /// decode on the Reflector's thread either way.
+    /// list (the initial one, a relist), and likewise a streaming list's
+    /// initial events, in runs of the lines already received (its watch
+    /// events after the initial-events-end bookmark decode on the
+    /// Reflector's thread, as every watch's do). 0 decodes them on the
+    /// Reflector's thread. Default: 2, or 0 on one core. Decoding is most of
+    /// a list's time: on the 2-core benchmark machine, shared with the API
+    /// server, 10k and 100k Pods synced in 0.63–0.80× the time with 2
+    /// (0.33–0.40× kube-runtime's), 10k ConfigMaps in 0.74–0.80×, 100k
+    /// ConfigMaps in 0.92–1.01× (their cache, not their decoding, sets the
+    /// pace), for 5–37 % more CPU (objects decoded on one core are touched
+    /// on the other), and up to `n + 1` fetched pages held ahead
+    /// (BENCHMARKS.md, "List pages decoded on more than one core"; streaming
+    /// lists: "A streaming list's events decoded ahead").
     pub fn list_decoders(mut self, n: usize) -> Self {
         self.list_decoders = n;
         self

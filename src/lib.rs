@@ -101,8 +101,8 @@ pub use kinformer_actors::indexer::{
 pub use kinformer_actors::listener::OverflowPolicy;
 pub use kinformer_actors::reflector::WarmStart;
 pub use kinformer_actors::reflector::{
-    Backoff, DEFAULT_PAGE_SIZE, MIN_WATCH_TIMEOUT_FLOOR, ReflectorOptions, RequestFailure,
-    WatchEndReason,
+    Backoff, DEFAULT_PAGE_SIZE, MAX_LIST_DECODERS, MIN_WATCH_TIMEOUT_FLOOR, ReflectorOptions,
+    RequestFailure, WatchEndReason, default_list_decoders,
 };
 pub use kinformer_actors::resync::MINIMUM_RESYNC_PERIOD;
 pub use kinformer_actors::{

@@ -575,24 +575,50 @@ fn sigterm_stops_run_gracefully() {
 /// program says why it never synced and exits 1 instead of 0.
 #[test]
 fn a_list_that_never_succeeds_fails_the_run_with_its_reason() {
+    let fake = refusing_cluster();
     let out = run_to_end(
-        kinformer().args([
-            "watch",
-            "configmaps",
-            "-l",
-            "a in (b",
-            "--embedded",
-            "--for",
-            "3s",
-        ]),
+        kinformer().args(["watch", "configmaps", "--server", &fake.url, "--for", "3s"]),
         Duration::from_secs(30),
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
-        stderr.contains("never synced: last list failed") && stderr.contains("BadRequest"),
+        stderr.contains("never synced: last list failed") && stderr.contains("Forbidden"),
         "{stderr}"
     );
+}
+
+/// A malformed selector on the command line is refused before anything
+/// starts, naming the flag, rather than by the server at the first list.
+#[test]
+fn a_malformed_selector_is_refused_before_anything_starts() {
+    for (flag, selector) in [("-l", "a in (b"), ("--field-selector", "metadata.name")] {
+        let out = run_to_end(
+            kinformer().args(["get", "configmaps", flag, selector, "--embedded"]),
+            Duration::from_secs(30),
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag}: {stderr}");
+        assert!(
+            stderr.contains("invalid value") && stderr.contains(selector),
+            "{flag}: {stderr}"
+        );
+    }
+}
+
+/// A cluster whose API server refuses every list with 403 Forbidden (RBAC
+/// without `list`), after discovery.
+fn refusing_cluster() -> fake::Fake {
+    fake::Fake::start(|path, _query, accept| {
+        if let Some(answer) = fake::discovery(path, accept) {
+            return answer;
+        }
+        fake::Answer::Json(
+            403,
+            serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "code": 403,
+                "message": "configmaps is forbidden: User \"system:serviceaccount:default:reader\" cannot list resource \"configmaps\" in API group \"\" at the cluster scope"}),
+        )
+    })
 }
 
 /// A small fake API server for what the embedded one does not do (yet):
@@ -1170,15 +1196,16 @@ fn get_prints_the_cache_once_as_a_table_json_or_yaml() {
     server.shutdown();
 
     // A list the server refuses fails at once, with the reason.
+    let fake = refusing_cluster();
     let started = Instant::now();
     let out = run_to_end(
-        kinformer().args(["get", "configmaps", "-l", "a in (b", "--embedded"]),
+        kinformer().args(["get", "configmaps", "--server", &fake.url]),
         Duration::from_secs(30),
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
-        stderr.contains("listing v1/configmaps") && stderr.contains("BadRequest"),
+        stderr.contains("listing v1/configmaps") && stderr.contains("Forbidden"),
         "{stderr}"
     );
     assert!(started.elapsed() < Duration::from_secs(10));

@@ -77,6 +77,9 @@ pub fn start_informer(
         let options = kinformer::CompactOptions::default().recent(engine.compact_recent);
         builder = builder.compact_cache(options);
     }
+    if let Some(n) = engine.list_decoders {
+        builder = builder.list_decoders(n);
+    }
     builder
         .skip_managed_fields(engine.drop_managed_fields)
         .start()

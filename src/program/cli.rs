@@ -167,10 +167,10 @@ pub struct TargetArgs {
     #[arg(short = 'A', long)]
     pub all_namespaces: bool,
     /// Label selector.
-    #[arg(short = 'l', long = "selector", value_name = "SELECTOR")]
+    #[arg(short = 'l', long = "selector", value_name = "SELECTOR", value_parser = label_selector)]
     pub label_selector: Option<String>,
     /// Field selector.
-    #[arg(long, value_name = "SELECTOR")]
+    #[arg(long, value_name = "SELECTOR", value_parser = field_selector)]
     pub field_selector: Option<String>,
     /// Print Secrets' `data`/`stringData` values (redacted by default).
     #[arg(long)]
@@ -227,4 +227,20 @@ pub struct ConfigArgs {
     /// Cluster flags, layered like `run`'s.
     #[command(flatten)]
     pub cluster: ClusterArgs,
+}
+
+/// A label selector, checked here rather than by the server at the first
+/// list (which would leave the informer retrying, never synced).
+fn label_selector(s: &str) -> Result<String, String> {
+    kinformer_apiserver::selector::LabelSelector::parse(s)
+        .map(|_| s.to_owned())
+        .map_err(|e| e.to_string())
+}
+
+/// A field selector's syntax, checked like [`label_selector`] (which fields
+/// a resource supports is the server's to say).
+fn field_selector(s: &str) -> Result<String, String> {
+    kinformer_apiserver::selector::FieldSelector::parse(s)
+        .map(|_| s.to_owned())
+        .map_err(|e| e.to_string())
 }

@@ -169,6 +169,10 @@ pub struct EngineSettings {
     /// A compact cache's most recently written objects kept decoded
     /// (`CompactOptions::recent`).
     pub compact_recent: usize,
+    /// List pages (or runs of a streaming list's events) decoded at once on
+    /// other threads than the informer's (`InformerBuilder::list_decoders`;
+    /// 0: on the informer's thread; default: 2, or 0 on one core).
+    pub list_decoders: Option<usize>,
 }
 
 impl Default for EngineSettings {
@@ -189,6 +193,7 @@ impl Default for EngineSettings {
             persist: None,
             compact_cache: false,
             compact_recent: kinformer::CompactOptions::default().recent_objects(),
+            list_decoders: None,
         }
     }
 }
@@ -739,6 +744,14 @@ fn validate(l: &Loaded) -> Result<(), ConfigError> {
             ),
         ));
     }
+    if let Some(n) = e.list_decoders
+        && n > kinformer::MAX_LIST_DECODERS
+    {
+        return Err(l.error(
+            "engine.list_decoders",
+            format!("must be at most {}", kinformer::MAX_LIST_DECODERS),
+        ));
+    }
     check_resync(l, "engine.default_resync", e.default_resync)?;
     let c = &s.cluster;
     if c.embedded {
@@ -1096,6 +1109,23 @@ mod tests {
         let l = load_text(text, &[("KINFORMER__ENGINE__COMPACT_RECENT", "0")]).unwrap();
         assert_eq!(l.settings.engine.compact_recent, 0);
         assert!(load_text("[engine]\ncompact_recent = -1\n", &[]).is_err());
+    }
+
+    #[test]
+    fn list_decoders_default_to_the_library_and_are_bounded() {
+        assert_eq!(
+            load_text("", &[]).unwrap().settings.engine.list_decoders,
+            None
+        );
+        let l = load_text("[engine]\nlist_decoders = 0\n", &[]).unwrap();
+        assert_eq!(l.settings.engine.list_decoders, Some(0));
+        let l = load_text("", &[("KINFORMER__ENGINE__LIST_DECODERS", "3")]).unwrap();
+        assert_eq!(l.settings.engine.list_decoders, Some(3));
+        let e = load_text("[engine]\nlist_decoders = 5\n", &[])
+            .err()
+            .unwrap();
+        assert_eq!(e.key, "engine.list_decoders");
+        assert!(e.to_string().contains("at most 4"), "{e}");
     }
 
     #[test]
