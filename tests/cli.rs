@@ -606,6 +606,28 @@ fn a_malformed_selector_is_refused_before_anything_starts() {
     }
 }
 
+/// `run --seed` / `--churn` against a cluster other than the embedded
+/// server are refused, naming the key, rather than silently ignored.
+#[test]
+fn seed_and_churn_flags_are_refused_against_a_real_cluster() {
+    let fake = refusing_cluster();
+    for (flag, key) in [
+        ("--seed", "embedded.seed"),
+        ("--churn", "embedded.churn_per_sec"),
+    ] {
+        let out = run_to_end(
+            kinformer().args(["run", flag, "5", "--server", &fake.url, "--for", "5s"]),
+            Duration::from_secs(30),
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flag}: {stderr}");
+        assert!(
+            stderr.contains(key) && stderr.contains("embedded API server only"),
+            "{flag}: {stderr}"
+        );
+    }
+}
+
 /// A cluster whose API server refuses every list with 403 Forbidden (RBAC
 /// without `list`), after discovery.
 fn refusing_cluster() -> fake::Fake {

@@ -158,6 +158,19 @@ async fn start_all(loaded: &Loaded) -> anyhow::Result<Started> {
         None => None,
     };
     let cluster = cluster::connect(&settings.cluster, &settings.embedded).await?;
+    if cluster.embedded.is_none() {
+        // `--seed` and `--churn` asked for this run make no sense against a
+        // real cluster (the same keys in a file are for when none is found).
+        for key in ["embedded.seed", "embedded.churn_per_sec"] {
+            if loaded.origin(key) == super::config::FLAGS_ORIGIN {
+                let message = format!(
+                    "applies to the embedded API server only, and this run uses {}",
+                    cluster.config.cluster_url
+                );
+                return Err(loaded.error(key, message).into());
+            }
+        }
+    }
     status::say(&cluster.banner);
     let client = kube::Client::try_from(cluster.config.clone()).context("building the client")?;
 
