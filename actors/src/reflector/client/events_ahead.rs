@@ -8,8 +8,10 @@
 //! no more bytes are buffered: a run never waits for lines that have not
 //! arrived), and each run is decoded on tokio's blocking threads, at most
 //! `n` at once; the stream hands the events on in order, and at most `n`
-//! decoded runs wait for the Reflector, so a Reflector that stops reading
-//! stops the reading of the body. After the line holding the
+//! runs wait in the channel to the Reflector (one more on its way, one
+//! waiting to decode), so a Reflector that stops reading stops the reading
+//! of the body. Both the reading and the decoding log in the Reflector's
+//! span. After the line holding the
 //! initial-events-end bookmark the body is handed back and its watch events
 //! are read and decoded in place, one line at a time, as any watch's are: a
 //! watch's events come a few at a time, and a hop to another thread per
@@ -25,6 +27,7 @@ use futures::StreamExt;
 use serde::de::DeserializeOwned;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::JoinHandle;
+use tracing::Instrument;
 
 use super::list_ahead::{MAX_LIST_DECODERS, reserve_ahead};
 use super::watch_body::{LineOutcome, LineReader, Read, WatchBody, decode_line};
@@ -83,7 +86,7 @@ pub(super) fn initial_events_ahead<K: DeserializeOwned + Send + 'static>(
 ) -> WatchStream<K> {
     let decoders = RunDecoders::new(at_once, options);
     let (tx, runs) = mpsc::channel(decoders.at_once);
-    let reading = tokio::spawn(read_ahead(reader, decoders, tx));
+    let reading = tokio::spawn(read_ahead(reader, decoders, tx).in_current_span());
     let state = State::Ahead(AheadState {
         runs,
         events: Vec::new().into_iter(),
@@ -148,8 +151,9 @@ async fn next<K: DeserializeOwned + Send + 'static>(
                     ahead.events = run.events.into_iter();
                     ahead.end = run.end;
                 }
-                Err(_) => {
-                    return Some((Err(lost("decoding a streaming list's events")), State::Done));
+                Err(e) => {
+                    let failure = lost("decoding a streaming list's events", &e);
+                    return Some((Err(failure), State::Done));
                 }
             },
             Some(Ahead::Ended(None)) => return None,
@@ -158,15 +162,22 @@ async fn next<K: DeserializeOwned + Send + 'static>(
                 state = State::InPlace(Box::new(WatchBody::new(reader, ahead.options)))
             }
             // The reading ends only after `Ended` or `Rest`: it panicked.
-            None => return Some((Err(lost("reading a streaming list")), State::Done)),
+            None => {
+                tracing::error!("reading a streaming list panicked; the list is retried");
+                return Some((Err(Failure::Other), State::Done));
+            }
         }
     }
 }
 
-/// The failure ending a stream whose reading or decoding panicked (the
-/// Reflector lists again).
-fn lost(what: &str) -> Failure {
-    tracing::error!("{what} panicked; the streaming list is retried");
+/// The failure ending a stream whose decoding panicked or was cancelled
+/// (the runtime is shutting down): the Reflector lists again.
+fn lost(what: &str, e: &tokio::task::JoinError) -> Failure {
+    if e.is_panic() {
+        tracing::error!("{what} panicked; the list is retried");
+    } else {
+        tracing::debug!("{what} was cancelled");
+    }
     Failure::Other
 }
 
@@ -272,6 +283,7 @@ impl<K: DeserializeOwned + Send + 'static> RunDecoders<K> {
         let decoder = self.idle.lock().ok().and_then(|mut d| d.pop());
         let job = Job {
             run,
+            span: tracing::Span::current(),
             decoder: decoder.unwrap_or_default(),
             options: self.options,
             idle: self.idle.clone(),
@@ -285,6 +297,8 @@ impl<K: DeserializeOwned + Send + 'static> RunDecoders<K> {
 /// One run to decode, with what it gives back.
 struct Job {
     run: Run,
+    /// Where its lines' warnings are logged (the Reflector's span).
+    span: tracing::Span,
     decoder: LineDecoder,
     options: DecodeOptions,
     idle: Arc<Mutex<Vec<LineDecoder>>>,
@@ -300,12 +314,14 @@ impl Job {
     fn decode<K: DeserializeOwned>(self) -> DecodedRun<K> {
         let Job {
             mut run,
+            span,
             mut decoder,
             options,
             idle,
             spare,
             _permit,
         } = self;
+        let _entered = span.enter();
         let mut events = Vec::with_capacity(run.ends.len());
         let mut end = None;
         let mut start = 0;
@@ -493,6 +509,45 @@ mod tests {
         let mut cut = [lead.clone(), line("ADDED", &cm("z", 7))].concat();
         cut.truncate(cut.len() - 10);
         assert_eq!(both_ways(cut.as_bytes()).await, (names(300), None));
+    }
+
+    /// A body whose chunks come from `chunks`, each an `Ok` of bytes or
+    /// an error (through futures' `IntoAsyncRead`, as kube's bodies are).
+    fn chunked(chunks: Vec<std::io::Result<Vec<u8>>>) -> Pin<Box<dyn AsyncBufRead + Send>> {
+        Box::pin(futures::TryStreamExt::into_async_read(
+            futures::stream::iter(chunks),
+        ))
+    }
+
+    /// A body that fails after whole lines fails the stream with that
+    /// error, ahead as in place (the reader reports an error once, then
+    /// reads as ended: the error met while looking ahead is kept).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_body_failing_after_whole_lines_fails_ahead_as_in_place() {
+        let lines: String = (0..3)
+            .map(|i| line("ADDED", &cm(&format!("c{i}"), 5)))
+            .collect();
+        let chunks = || {
+            vec![
+                Ok(lines.clone().into_bytes()),
+                Err(std::io::Error::other("tls: bad record mac")),
+            ]
+        };
+        let options = DecodeOptions::default();
+        let in_place = collect(super::super::watch_body::watch_stream(
+            chunked(chunks()),
+            options,
+            far(),
+        ))
+        .await;
+        let names = vec!["c0".to_owned(), "c1".into(), "c2".into()];
+        assert_eq!(in_place.0, names);
+        assert!(in_place.1.is_some(), "in place: {in_place:?}");
+        for at_once in [1, 2] {
+            let reader = LineReader::new(chunked(chunks()), far());
+            let ahead = collect(initial_events_ahead(reader, options, at_once)).await;
+            assert_eq!(ahead, in_place, "{at_once} decoders");
+        }
     }
 
     /// Lines are handed on as they arrive: a run does not wait for lines

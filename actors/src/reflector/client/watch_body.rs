@@ -18,6 +18,10 @@ pub(super) struct LineReader {
     body: Pin<Box<dyn AsyncBufRead + Send>>,
     /// Past this, the watch is over whatever the connection says.
     deadline: tokio::time::Instant,
+    /// The error [`has_buffered`](Self::has_buffered) met, which the next
+    /// read returns (a body's reader may give an error only once, then
+    /// read as ended).
+    pending: Option<std::io::Error>,
 }
 
 /// What reading a watch body's next line gave.
@@ -39,21 +43,33 @@ impl LineReader {
         body: Pin<Box<dyn AsyncBufRead + Send>>,
         deadline: tokio::time::Instant,
     ) -> Self {
-        LineReader { body, deadline }
+        LineReader {
+            body,
+            deadline,
+            pending: None,
+        }
     }
 
     /// Appends the next line, with its newline, to `line`. Bytes of a
     /// line that failed may have been appended.
     pub(super) async fn next_line(&mut self, line: &mut Vec<u8>) -> Read {
-        // A fixed deadline: no clock read per line, and no timer is
-        // registered while lines are already buffered.
-        let read = tokio::time::timeout_at(
-            self.deadline,
-            read_line_capped(&mut self.body, line, MAX_WATCH_LINE),
-        );
-        let Ok(read) = read.await else {
-            tracing::warn!("the watch outlived its timeout without being closed; re-watching");
-            return Read::End;
+        let read = match self.pending.take() {
+            Some(e) => Err(e),
+            None => {
+                // A fixed deadline: no clock read per line, and no timer is
+                // registered while lines are already buffered.
+                let read = tokio::time::timeout_at(
+                    self.deadline,
+                    read_line_capped(&mut self.body, line, MAX_WATCH_LINE),
+                );
+                let Ok(read) = read.await else {
+                    tracing::warn!(
+                        "the watch outlived its timeout without being closed; re-watching"
+                    );
+                    return Read::End;
+                };
+                read
+            }
         };
         match read {
             Ok(0) => Read::End,
@@ -75,10 +91,20 @@ impl LineReader {
         }
     }
 
-    /// Whether bytes are buffered, so the next line starts without waiting.
+    /// Whether the next read would not wait: bytes are buffered, or the
+    /// body failed (kept for the next read).
     pub(super) async fn has_buffered(&mut self) -> bool {
-        let polled = futures::future::poll_immediate(self.body.fill_buf()).await;
-        matches!(polled, Some(Ok(buf)) if !buf.is_empty())
+        if self.pending.is_some() {
+            return true;
+        }
+        match futures::future::poll_immediate(self.body.fill_buf()).await {
+            Some(Ok(buf)) => !buf.is_empty(),
+            Some(Err(e)) => {
+                self.pending = Some(e);
+                true
+            }
+            None => false,
+        }
     }
 }
 
