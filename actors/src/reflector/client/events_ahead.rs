@@ -29,6 +29,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
+use super::decode_pool::{DecodePool, Lost, Pending};
 use super::list_ahead::{MAX_LIST_DECODERS, reserve_ahead};
 use super::watch_body::{LineOutcome, LineReader, Read, WatchBody, decode_line};
 use crate::reflector::decode::{DecodeOptions, LineDecoder};
@@ -69,7 +70,7 @@ enum RunEnd {
 /// What the reading hands the stream, in order.
 enum Ahead<K> {
     /// A run being decoded.
-    Decoding(JoinHandle<DecodedRun<K>>),
+    Decoding(Pending<DecodedRun<K>>),
     /// The body ended: closed (`None`) or failed.
     Ended(Option<Failure>),
     /// The initial events are over: the rest of the body is read in place.
@@ -146,7 +147,7 @@ async fn next<K: DeserializeOwned + Send + 'static>(
             None => {}
         }
         match ahead.runs.recv().await {
-            Some(Ahead::Decoding(run)) => match run.await {
+            Some(Ahead::Decoding(run)) => match run.result().await {
                 Ok(run) => {
                     ahead.events = run.events.into_iter();
                     ahead.end = run.end;
@@ -170,10 +171,10 @@ async fn next<K: DeserializeOwned + Send + 'static>(
     }
 }
 
-/// The failure ending a stream whose decoding panicked or was cancelled
-/// (the runtime is shutting down): the Reflector lists again.
-fn lost(what: &str, e: &tokio::task::JoinError) -> Failure {
-    if e.is_panic() {
+/// The failure ending a stream whose decoding panicked or never ran (the
+/// runtime is shutting down): the Reflector lists again.
+fn lost(what: &str, e: &Lost) -> Failure {
+    if *e == Lost::Panicked {
         tracing::error!("{what} panicked; the list is retried");
     } else {
         tracing::debug!("{what} was cancelled");
@@ -246,6 +247,8 @@ struct RunDecoders<K> {
     at_once: usize,
     /// A permit per run decoding.
     permits: Arc<Semaphore>,
+    /// The threads the runs decode on.
+    pool: DecodePool,
     options: DecodeOptions,
     /// The decoders (simd-json's scratch space) of the runs not decoding now.
     idle: Arc<Mutex<Vec<LineDecoder>>>,
@@ -259,6 +262,7 @@ impl<K: DeserializeOwned + Send + 'static> RunDecoders<K> {
         RunDecoders {
             at_once,
             permits: Arc::new(Semaphore::new(at_once)),
+            pool: DecodePool::new(at_once),
             options,
             idle: Arc::default(),
             spare: Arc::default(),
@@ -277,7 +281,7 @@ impl<K: DeserializeOwned + Send + 'static> RunDecoders<K> {
 
     /// Starts decoding `run` on a blocking thread, once fewer than
     /// `at_once` runs decode.
-    async fn decode(&mut self, run: Run) -> JoinHandle<DecodedRun<K>> {
+    async fn decode(&mut self, run: Run) -> Pending<DecodedRun<K>> {
         // Never closed: `None` cannot happen.
         let permit = self.permits.clone().acquire_owned().await.ok();
         let decoder = self.idle.lock().ok().and_then(|mut d| d.pop());
@@ -290,7 +294,7 @@ impl<K: DeserializeOwned + Send + 'static> RunDecoders<K> {
             spare: self.spare.clone(),
             _permit: permit,
         };
-        tokio::task::spawn_blocking(move || job.decode())
+        self.pool.run(move || job.decode())
     }
 }
 

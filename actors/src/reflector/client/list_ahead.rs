@@ -30,6 +30,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::JoinHandle;
 
+use super::decode_pool::{DecodePool, Pending};
 use crate::heap_reserve::HeapReserve;
 use crate::reflector::decode::{self, DecodeOptions, Page, PageDecoder, PageError};
 use crate::reflector::source::PageRequest;
@@ -71,7 +72,7 @@ enum Fetched<K> {
     /// Its body was read and is being decoded; `next` is the request for
     /// the page after it, when its `continue` came before its items.
     Decoding {
-        decoded: JoinHandle<Decoded<K>>,
+        decoded: Pending<Decoded<K>>,
         next: Option<PageRequest>,
     },
     /// Fetching it failed; nothing follows.
@@ -152,7 +153,7 @@ impl<K: DeserializeOwned + Send + 'static> ListAhead<K> {
             Some(Fetched::Failed(err)) => return Err(Miss::Fetch(err)),
             Some(Fetched::Decoding { decoded, next }) => (decoded, next),
         };
-        let page = match decoding.await {
+        let page = match decoding.result().await {
             Err(_) => return Err(Miss::Lost),
             Ok(Err(PageError::Tape(e))) => return Err(Miss::Refused(e)),
             Ok(Err(PageError::Json(e))) => return Err(Miss::Malformed(e)),
@@ -206,6 +207,8 @@ struct Decoders<K> {
     at_once: usize,
     /// A permit per page decoding.
     permits: Arc<Semaphore>,
+    /// The threads the pages decode on.
+    pool: DecodePool,
     tape: bool,
     options: DecodeOptions,
     /// simd-json's scratch space of the pages not decoding now.
@@ -220,6 +223,7 @@ impl<K: DeserializeOwned + Send + 'static> Decoders<K> {
         Decoders {
             at_once,
             permits: Arc::new(Semaphore::new(at_once)),
+            pool: DecodePool::new(at_once),
             tape,
             options,
             idle: Arc::default(),
@@ -236,7 +240,7 @@ impl<K: DeserializeOwned + Send + 'static> Decoders<K> {
 
     /// Starts decoding `body` on a blocking thread, once fewer than
     /// `at_once` pages decode.
-    async fn decode(&mut self, body: Vec<u8>) -> JoinHandle<Decoded<K>> {
+    async fn decode(&mut self, body: Vec<u8>) -> Pending<Decoded<K>> {
         // Never closed: `None` cannot happen.
         let permit = self.permits.clone().acquire_owned().await.ok();
         let decoder = match self.idle.lock().ok().and_then(|mut d| d.pop()) {
@@ -252,7 +256,7 @@ impl<K: DeserializeOwned + Send + 'static> Decoders<K> {
             spare: self.spare.clone(),
             _permit: permit,
         };
-        tokio::task::spawn_blocking(move || job.run())
+        self.pool.run(move || job.run())
     }
 }
 
@@ -376,7 +380,7 @@ mod tests {
             pending.push(decoders.decode(page(p, "", None, false)).await);
         }
         for (p, decoding) in pending.into_iter().enumerate() {
-            let page = decoding.await.unwrap().unwrap();
+            let page = decoding.result().await.unwrap().unwrap();
             assert_eq!(names(&page), [0, 1, 2].map(|i| format!("{p}-{i}")));
         }
         assert_eq!(
@@ -399,7 +403,7 @@ mod tests {
     async fn a_page_the_tape_refuses_decodes_without_it() {
         let huge = r#","x":18446744073709551616"#;
         let mut tape = Decoders::<ConfigMap>::new(1, true, DecodeOptions::default());
-        let refused = tape.decode(page(0, huge, None, false)).await.await;
+        let refused = tape.decode(page(0, huge, None, false)).await.result().await;
         assert!(
             matches!(refused, Ok(Err(PageError::Tape(_)))),
             "{refused:?}"
@@ -409,9 +413,13 @@ mod tests {
             "a refusing decoder is dropped"
         );
         let mut plain = Decoders::<ConfigMap>::new(1, false, DecodeOptions::default());
-        let decoded = plain.decode(page(0, huge, None, false)).await.await;
+        let decoded = plain
+            .decode(page(0, huge, None, false))
+            .await
+            .result()
+            .await;
         assert_eq!(names(&decoded.unwrap().unwrap()), ["0-0", "0-1", "0-2"]);
-        let malformed = plain.decode(b"{\"items\":[".to_vec()).await.await;
+        let malformed = plain.decode(b"{\"items\":[".to_vec()).await.result().await;
         assert!(
             matches!(malformed, Ok(Err(PageError::Json(_)))),
             "{malformed:?}"

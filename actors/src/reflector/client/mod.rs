@@ -10,6 +10,7 @@
 //! - [`classify`](mod@classify): kube errors and `Status` answers as [`Failure`]s.
 
 pub mod classify;
+mod decode_pool;
 mod events_ahead;
 mod list_ahead;
 mod request;

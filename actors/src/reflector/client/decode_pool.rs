@@ -1,0 +1,181 @@
+//! The blocking threads one list decodes its pages (or a streaming list its
+//! runs of lines) on: at most `threads` of tokio's blocking threads, each
+//! running the list's decoding jobs one after another.
+//!
+//! A `spawn_blocking` per page let tokio start a fresh thread whenever the
+//! page before had not quite handed its thread back yet: a 100k-object list
+//! decoded on 8 threads for 2 decoders, each with a glibc arena and arena
+//! space kept ahead of its own (BENCHMARKS.md, "A streaming list's events
+//! decoded ahead"). Here a worker takes the next job as soon as it is
+//! queued, and waits [`LINGER`] for one before giving its thread back, so a
+//! list keeps its threads. Still tokio's blocking threads (not threads of
+//! our own): tokio does not advance a paused clock while a blocking task
+//! runs, so tests under paused time see decoding as work; a worker waiting
+//! for its next job holds the clock for at most [`LINGER`] of real time.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+/// How long a worker waits for the next job before its thread goes back to
+/// tokio's pool: longer than the gap between two pages of a list that is
+/// decoded as fast as it arrives.
+pub const LINGER: Duration = Duration::from_millis(2);
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// Jobs waiting, and the workers running them.
+#[derive(Default)]
+struct Queue {
+    jobs: VecDeque<Job>,
+    /// Workers started and not ended; at most the pool's `threads`.
+    workers: usize,
+}
+
+#[derive(Default)]
+struct Shared {
+    queue: Mutex<Queue>,
+    /// Signalled when a job is queued for a worker that waits.
+    queued: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Runs jobs on at most `threads` blocking threads. Needs a tokio runtime.
+pub(super) struct DecodePool {
+    shared: Arc<Shared>,
+    threads: usize,
+}
+
+/// Why a job gave no result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Lost {
+    /// It panicked.
+    Panicked,
+    /// It never ran (the runtime is shutting down).
+    Dropped,
+}
+
+/// A job's result, once it ran.
+pub(super) struct Pending<T>(oneshot::Receiver<std::thread::Result<T>>);
+
+impl<T> Pending<T> {
+    /// Waits for the job's result.
+    pub(super) async fn result(self) -> Result<T, Lost> {
+        match self.0.await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(_panic)) => Err(Lost::Panicked),
+            Err(_) => Err(Lost::Dropped),
+        }
+    }
+}
+
+impl DecodePool {
+    /// A pool of at most `threads` (at least 1) workers.
+    pub(super) fn new(threads: usize) -> Self {
+        DecodePool {
+            shared: Arc::default(),
+            threads: threads.max(1),
+        }
+    }
+
+    /// Queues `f`; a worker runs it (one is started if fewer than
+    /// `threads` run). A panic in `f` is its result, not the worker's end.
+    pub(super) fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Pending<T> {
+        let (tx, rx) = oneshot::channel();
+        let job: Job = Box::new(move || {
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+            // Nobody waits any more (the list is over): the result is dropped here.
+            let _ = tx.send(result);
+        });
+        let mut queue = self.shared.lock();
+        queue.jobs.push_back(job);
+        if queue.workers < self.threads {
+            queue.workers += 1;
+            drop(queue);
+            let shared = self.shared.clone();
+            tokio::task::spawn_blocking(move || work(&shared));
+        } else {
+            drop(queue);
+            self.shared.queued.notify_one();
+        }
+        Pending(rx)
+    }
+}
+
+/// A worker: runs queued jobs until none comes for [`LINGER`].
+fn work(shared: &Shared) {
+    let mut queue = shared.lock();
+    loop {
+        if let Some(job) = queue.jobs.pop_front() {
+            drop(queue);
+            job();
+            queue = shared.lock();
+            continue;
+        }
+        let (guard, _) = shared
+            .queued
+            .wait_timeout_while(queue, LINGER, |q| q.jobs.is_empty())
+            .unwrap_or_else(|p| p.into_inner());
+        queue = guard;
+        if queue.jobs.is_empty() {
+            queue.workers -= 1;
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// Jobs queued one after another run on the pool's few threads (not a
+    /// thread each), at most `threads` at once, and every result comes back.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn jobs_share_at_most_the_pools_threads() {
+        let pool = DecodePool::new(2);
+        let running = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let mut pending = Vec::new();
+        for i in 0..200usize {
+            let (running, most) = (running.clone(), most.clone());
+            pending.push(pool.run(move || {
+                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_micros(50));
+                running.fetch_sub(1, Ordering::SeqCst);
+                (i, std::thread::current().id())
+            }));
+        }
+        let mut threads = HashSet::new();
+        for (i, p) in pending.into_iter().enumerate() {
+            let (j, thread) = p.result().await.unwrap();
+            assert_eq!(i, j);
+            threads.insert(thread);
+        }
+        assert!(most.load(Ordering::SeqCst) <= 2);
+        assert!(threads.len() <= 2, "{} threads", threads.len());
+    }
+
+    /// A panicking job is its own result; the worker goes on with the next.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_panicking_job_is_lost_and_the_next_runs() {
+        let pool = DecodePool::new(1);
+        let bad = pool.run(|| -> u32 { panic!("bad page") });
+        let good = pool.run(|| 7u32);
+        assert_eq!(bad.result().await, Err(Lost::Panicked));
+        assert_eq!(good.result().await, Ok(7));
+    }
+}
