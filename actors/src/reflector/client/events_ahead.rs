@@ -21,15 +21,13 @@
 //! A line is decoded ahead exactly as in place (`decode_line`): the same
 //! events, the same skipped lines, the same failure ending the stream.
 
-use std::sync::{Arc, Mutex};
-
 use futures::StreamExt;
 use serde::de::DeserializeOwned;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
-use super::decode_pool::{DecodePool, Lost, Pending};
+use super::decode_pool::{DecodePool, Lost, Pending, Spares};
 use super::list_ahead::{MAX_LIST_DECODERS, reserve_ahead};
 use super::watch_body::{LineOutcome, LineReader, Read, WatchBody, decode_line};
 use crate::reflector::decode::{DecodeOptions, LineDecoder};
@@ -86,7 +84,7 @@ pub(super) fn initial_events_ahead<K: DeserializeOwned + Send + 'static>(
     at_once: usize,
 ) -> WatchStream<K> {
     let decoders = RunDecoders::new(at_once, options);
-    let (tx, runs) = mpsc::channel(decoders.at_once);
+    let (tx, runs) = mpsc::channel(decoders.pool.threads());
     let reading = tokio::spawn(read_ahead(reader, decoders, tx).in_current_span());
     let state = State::Ahead(AheadState {
         runs,
@@ -243,16 +241,12 @@ async fn read_ahead<K: DeserializeOwned + Send + 'static>(
 
 /// Decodes one stream's runs, each on a blocking thread.
 struct RunDecoders<K> {
-    /// Runs decoding at once at most.
-    at_once: usize,
-    /// A permit per run decoding.
-    permits: Arc<Semaphore>,
-    /// The threads the runs decode on.
+    /// The threads the runs decode on, at most its `threads` at once.
     pool: DecodePool,
     options: DecodeOptions,
     /// The decoders (simd-json's scratch space) of the runs not decoding now.
-    idle: Arc<Mutex<Vec<LineDecoder>>>,
-    spare: Arc<Mutex<Vec<Run>>>,
+    idle: Spares<LineDecoder>,
+    spare: Spares<Run>,
     _k: std::marker::PhantomData<fn() -> K>,
 }
 
@@ -260,20 +254,17 @@ impl<K: DeserializeOwned + Send + 'static> RunDecoders<K> {
     fn new(at_once: usize, options: DecodeOptions) -> Self {
         let at_once = at_once.clamp(1, MAX_LIST_DECODERS);
         RunDecoders {
-            at_once,
-            permits: Arc::new(Semaphore::new(at_once)),
             pool: DecodePool::new(at_once),
             options,
-            idle: Arc::default(),
-            spare: Arc::default(),
+            idle: Spares::new(MAX_LIST_DECODERS),
+            spare: Spares::new(SPARE_RUNS),
             _k: std::marker::PhantomData,
         }
     }
 
     /// An empty run to read lines into.
     fn spare_run(&self) -> Run {
-        let kept = self.spare.lock().ok().and_then(|mut s| s.pop());
-        kept.unwrap_or_else(|| Run {
+        self.spare.take().unwrap_or_else(|| Run {
             bytes: Vec::with_capacity(1 << 20),
             ends: Vec::with_capacity(RUN_LINES),
         })
@@ -282,19 +273,14 @@ impl<K: DeserializeOwned + Send + 'static> RunDecoders<K> {
     /// Starts decoding `run` on a blocking thread, once fewer than
     /// `at_once` runs decode.
     async fn decode(&mut self, run: Run) -> Pending<DecodedRun<K>> {
-        // Never closed: `None` cannot happen.
-        let permit = self.permits.clone().acquire_owned().await.ok();
-        let decoder = self.idle.lock().ok().and_then(|mut d| d.pop());
         let job = Job {
             run,
             span: tracing::Span::current(),
-            decoder: decoder.unwrap_or_default(),
             options: self.options,
             idle: self.idle.clone(),
             spare: self.spare.clone(),
-            _permit: permit,
         };
-        self.pool.run(move || job.decode())
+        self.pool.run(move || job.decode()).await
     }
 }
 
@@ -303,12 +289,9 @@ struct Job {
     run: Run,
     /// Where its lines' warnings are logged (the Reflector's span).
     span: tracing::Span,
-    decoder: LineDecoder,
     options: DecodeOptions,
-    idle: Arc<Mutex<Vec<LineDecoder>>>,
-    spare: Arc<Mutex<Vec<Run>>>,
-    /// Let go when the run is decoded.
-    _permit: Option<OwnedSemaphorePermit>,
+    idle: Spares<LineDecoder>,
+    spare: Spares<Run>,
 }
 
 impl Job {
@@ -319,13 +302,12 @@ impl Job {
         let Job {
             mut run,
             span,
-            mut decoder,
             options,
             idle,
             spare,
-            _permit,
         } = self;
         let _entered = span.enter();
+        let mut decoder = idle.take().unwrap_or_default();
         let mut events = Vec::with_capacity(run.ends.len());
         let mut end = None;
         let mut start = 0;
@@ -346,16 +328,11 @@ impl Job {
             }
         }
         reserve_ahead(run.bytes.len());
-        if let Ok(mut idle) = idle.lock() {
-            idle.push(decoder);
-        }
+        idle.put(decoder);
         run.bytes.clear();
         run.ends.clear();
-        if let Ok(mut spare) = spare.lock()
-            && spare.len() < SPARE_RUNS
-            && run.bytes.capacity() <= RUN_BYTES + (1 << 20)
-        {
-            spare.push(run);
+        if run.bytes.capacity() <= RUN_BYTES + (1 << 20) {
+            spare.put(run);
         }
         DecodedRun { events, end }
     }

@@ -24,13 +24,12 @@
 
 use std::cell::RefCell;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
 
 use serde::de::DeserializeOwned;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::decode_pool::{DecodePool, Pending};
+use super::decode_pool::{DecodePool, Pending, Spares};
 use crate::heap_reserve::HeapReserve;
 use crate::reflector::decode::{self, DecodeOptions, Page, PageDecoder, PageError};
 use crate::reflector::source::PageRequest;
@@ -130,7 +129,7 @@ impl<K: DeserializeOwned + Send + 'static> ListAhead<K> {
         Fut: Future<Output = Result<Vec<u8>, kube::Error>> + Send + 'static,
     {
         let decoders = Decoders::new(at_once, tape, options);
-        let (tx, pages) = mpsc::channel(decoders.at_once);
+        let (tx, pages) = mpsc::channel(decoders.pool.threads());
         let fetching = tokio::spawn(fetch_ahead(fetch, first.clone(), decoders, tx));
         ListAhead {
             expected: Some(first),
@@ -203,17 +202,13 @@ async fn fetch_ahead<K, F, Fut>(
 
 /// Decodes one list's pages, each on a blocking thread.
 struct Decoders<K> {
-    /// Pages decoding at once at most.
-    at_once: usize,
-    /// A permit per page decoding.
-    permits: Arc<Semaphore>,
-    /// The threads the pages decode on.
+    /// The threads the pages decode on, at most its `threads` at once.
     pool: DecodePool,
     tape: bool,
     options: DecodeOptions,
     /// simd-json's scratch space of the pages not decoding now.
-    idle: Arc<Mutex<Vec<PageDecoder>>>,
-    spare: Arc<Mutex<Vec<Vec<u8>>>>,
+    idle: Spares<PageDecoder>,
+    spare: Spares<Vec<u8>>,
     _k: std::marker::PhantomData<fn() -> K>,
 }
 
@@ -221,54 +216,45 @@ impl<K: DeserializeOwned + Send + 'static> Decoders<K> {
     fn new(at_once: usize, tape: bool, options: DecodeOptions) -> Self {
         let at_once = at_once.clamp(1, MAX_LIST_DECODERS);
         Decoders {
-            at_once,
-            permits: Arc::new(Semaphore::new(at_once)),
             pool: DecodePool::new(at_once),
             tape,
             options,
-            idle: Arc::default(),
-            spare: Arc::default(),
+            // One per page decoding at once; a refusing one is not kept.
+            idle: Spares::new(MAX_LIST_DECODERS),
+            spare: Spares::new(SPARE_BODIES),
             _k: std::marker::PhantomData,
         }
     }
 
     /// A buffer for the next page's body.
     fn spare_body(&self) -> Vec<u8> {
-        let kept = self.spare.lock().ok().and_then(|mut s| s.pop());
-        kept.unwrap_or_else(|| Vec::with_capacity(1 << 20))
+        self.spare
+            .take()
+            .unwrap_or_else(|| Vec::with_capacity(1 << 20))
     }
 
     /// Starts decoding `body` on a blocking thread, once fewer than
     /// `at_once` pages decode.
     async fn decode(&mut self, body: Vec<u8>) -> Pending<Decoded<K>> {
-        // Never closed: `None` cannot happen.
-        let permit = self.permits.clone().acquire_owned().await.ok();
-        let decoder = match self.idle.lock().ok().and_then(|mut d| d.pop()) {
-            Some(decoder) => decoder,
-            None if self.tape => PageDecoder::default(),
-            None => PageDecoder::without_tape(),
-        };
         let job = Job {
             body,
-            decoder,
+            tape: self.tape,
             options: self.options,
             idle: self.idle.clone(),
             spare: self.spare.clone(),
-            _permit: permit,
         };
-        self.pool.run(move || job.run())
+        self.pool.run(move || job.run()).await
     }
 }
 
 /// One page to decode, with what it gives back.
 struct Job {
     body: Vec<u8>,
-    decoder: PageDecoder,
+    /// Whether a fresh decoder parses with simd-json's tape.
+    tape: bool,
     options: DecodeOptions,
-    idle: Arc<Mutex<Vec<PageDecoder>>>,
-    spare: Arc<Mutex<Vec<Vec<u8>>>>,
-    /// Let go when the page is decoded.
-    _permit: Option<OwnedSemaphorePermit>,
+    idle: Spares<PageDecoder>,
+    spare: Spares<Vec<u8>>,
 }
 
 impl Job {
@@ -279,32 +265,31 @@ impl Job {
     fn run<K: DeserializeOwned>(self) -> Decoded<K> {
         let Job {
             mut body,
-            mut decoder,
+            tape,
             options,
             idle,
             spare,
-            _permit,
         } = self;
+        let mut decoder = match idle.take() {
+            Some(decoder) => decoder,
+            None if tape => PageDecoder::default(),
+            None => PageDecoder::without_tape(),
+        };
         let decoded = decoder.decode(&mut body, options);
         if decoded.is_ok() {
             reserve_ahead(body.len());
         }
-        if !matches!(decoded, Err(PageError::Tape(_)))
-            && let Ok(mut idle) = idle.lock()
-        {
-            idle.push(decoder);
+        if !matches!(decoded, Err(PageError::Tape(_))) {
+            idle.put(decoder);
         }
-        if let Ok(mut spare) = spare.lock()
-            && spare.len() < SPARE_BODIES
-        {
-            spare.push(body);
-        }
+        spare.put(body);
         decoded
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
@@ -383,12 +368,8 @@ mod tests {
             let page = decoding.result().await.unwrap().unwrap();
             assert_eq!(names(&page), [0, 1, 2].map(|i| format!("{p}-{i}")));
         }
-        assert_eq!(
-            decoders.permits.available_permits(),
-            2,
-            "every permit let go"
-        );
-        let idle = decoders.idle.lock().unwrap().len();
+        assert_eq!(decoders.pool.available_permits(), 2, "every permit let go");
+        let idle = decoders.idle.len();
         assert!(
             (1..=2).contains(&idle),
             "one decoder per page decoding at once: {idle}"
@@ -408,10 +389,7 @@ mod tests {
             matches!(refused, Ok(Err(PageError::Tape(_)))),
             "{refused:?}"
         );
-        assert!(
-            tape.idle.lock().unwrap().is_empty(),
-            "a refusing decoder is dropped"
-        );
+        assert!(tape.idle.len() == 0, "a refusing decoder is dropped");
         let mut plain = Decoders::<ConfigMap>::new(1, false, DecodeOptions::default());
         let decoded = plain
             .decode(page(0, huge, None, false))
