@@ -32,6 +32,8 @@ struct Queue {
     jobs: VecDeque<Job>,
     /// Workers started and not ended; at most the pool's `threads`.
     workers: usize,
+    /// Of those, the ones waiting for a job.
+    idle: usize,
 }
 
 #[derive(Default)]
@@ -112,19 +114,29 @@ impl DecodePool {
         let permit = self.permits.clone().acquire_owned().await.ok();
         let (tx, rx) = oneshot::channel();
         let job: Job = Box::new(move || {
+            // Nobody waits any more (the list is over): not worth decoding.
+            if tx.is_closed() {
+                return;
+            }
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
             drop(permit);
-            // Nobody waits any more (the list is over): the result is dropped here.
-            let _ = tx.send(result);
+            // Dropping a result nobody took may panic (a `Drop` impl): caught too.
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let _ = tx.send(result);
+            }));
         });
         let mut queue = self.shared.lock();
         queue.jobs.push_back(job);
-        if queue.workers < self.threads {
+        if queue.idle == 0 && queue.workers < self.threads {
             queue.workers += 1;
             drop(queue);
-            let shared = self.shared.clone();
-            tokio::task::spawn_blocking(move || work(&shared));
+            let worker = Worker {
+                shared: self.shared.clone(),
+                counted: true,
+            };
+            tokio::task::spawn_blocking(move || worker.work());
         } else {
+            // An idle worker takes it, or a busy one after its job.
             drop(queue);
             self.shared.queued.notify_one();
         }
@@ -132,25 +144,59 @@ impl DecodePool {
     }
 }
 
-/// A worker: runs queued jobs until none comes for [`LINGER`].
-fn work(shared: &Shared) {
-    let mut queue = shared.lock();
-    loop {
-        if let Some(job) = queue.jobs.pop_front() {
-            drop(queue);
-            job();
-            queue = shared.lock();
-            continue;
+/// One worker, counted in the pool's `workers` until it ends, however it
+/// ends: a worker tokio never ran (the runtime shutting down) is dropped
+/// uncounted, and the last one to go drops the jobs nobody will run (their
+/// results read as [`Lost::Dropped`]).
+struct Worker {
+    shared: Arc<Shared>,
+    /// Still counted in `workers` (a worker that ends normally uncounts
+    /// itself under the same lock as it sees the queue empty).
+    counted: bool,
+}
+
+impl Worker {
+    /// Runs queued jobs until none comes for [`LINGER`].
+    fn work(mut self) {
+        let shared = self.shared.clone();
+        let mut queue = shared.lock();
+        loop {
+            if let Some(job) = queue.jobs.pop_front() {
+                drop(queue);
+                job();
+                queue = shared.lock();
+                continue;
+            }
+            queue.idle += 1;
+            let (guard, _) = shared
+                .queued
+                .wait_timeout_while(queue, LINGER, |q| q.jobs.is_empty())
+                .unwrap_or_else(|p| p.into_inner());
+            queue = guard;
+            queue.idle -= 1;
+            if queue.jobs.is_empty() {
+                queue.workers -= 1;
+                self.counted = false;
+                return;
+            }
         }
-        let (guard, _) = shared
-            .queued
-            .wait_timeout_while(queue, LINGER, |q| q.jobs.is_empty())
-            .unwrap_or_else(|p| p.into_inner());
-        queue = guard;
-        if queue.jobs.is_empty() {
-            queue.workers -= 1;
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if !self.counted {
             return;
         }
+        let mut queue = self.shared.lock();
+        queue.workers -= 1;
+        let stranded: Vec<Job> = if queue.workers == 0 {
+            queue.jobs.drain(..).collect()
+        } else {
+            Vec::new()
+        };
+        drop(queue);
+        drop(stranded);
     }
 }
 
@@ -208,7 +254,7 @@ mod tests {
     use super::*;
 
     /// At most `threads` jobs run at once (`run` waits for a permit), and
-    /// every result comes back, in the order asked for.
+    /// every result comes back, in the order asked for, on a few threads.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn jobs_share_at_most_the_pools_threads() {
         let pool = DecodePool::new(2);
@@ -243,10 +289,26 @@ mod tests {
             threads.insert(thread);
         }
         assert_eq!(next, 200, "every result came back");
-        // Which threads is tokio's to say (a worker idle for `LINGER` gives
-        // its thread back): only the bound is certain.
         assert!(most.load(Ordering::SeqCst) <= 2);
-        assert!(threads.len() <= 200);
+        // Which threads is tokio's to say (a worker idle for `LINGER` gives
+        // its thread back); jobs queued back to back keep their workers.
+        assert!(threads.len() <= 20, "{} threads", threads.len());
+    }
+
+    /// Jobs queued about [`LINGER`] apart, as a worker decides whether to
+    /// give its thread back: each one runs (none is left queued with no
+    /// worker), one at a time.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_job_queued_as_its_worker_leaves_still_runs() {
+        let pool = DecodePool::new(1);
+        for i in 0..60u64 {
+            let job = pool.run(move || i).await;
+            let waited = tokio::time::timeout(Duration::from_secs(10), job.result()).await;
+            assert_eq!(waited.expect("the job ran"), Ok(i));
+            // 1.5–2.5 ms: around the moment the worker gives up waiting.
+            let micros = 1500 + (i % 11) * 100;
+            std::thread::sleep(Duration::from_micros(micros));
+        }
     }
 
     /// A panicking job is its own result; the worker goes on with the next.
