@@ -132,12 +132,7 @@ async fn streaming_lists_sync_and_keep_watching() {
             .list_decoders(decoders)
             .start()
             .unwrap();
-        let (a, log) = Recorder::start();
-        let sub = informer
-            .subscribe(a.recipient(), SubscribeOptions::default())
-            .await
-            .unwrap();
-        sub.wait_for_sync(SYNC).await.unwrap();
+        let log = subscribed(&informer).await;
         let cached: std::collections::BTreeMap<String, String> = informer
             .store()
             .snapshot()
