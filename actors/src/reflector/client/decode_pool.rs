@@ -127,7 +127,9 @@ impl DecodePool {
         });
         let mut queue = self.shared.lock();
         queue.jobs.push_back(job);
-        if queue.idle == 0 && queue.workers < self.threads {
+        // Idle workers take the queued jobs, one each; past them, another
+        // worker if the pool has room.
+        if queue.jobs.len() > queue.idle && queue.workers < self.threads {
             queue.workers += 1;
             drop(queue);
             let worker = Worker {
