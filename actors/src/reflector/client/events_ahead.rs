@@ -239,7 +239,7 @@ async fn read_ahead<K: DeserializeOwned + Send + 'static>(
     }
 }
 
-/// Decodes one stream's runs, each on a blocking thread.
+/// Decodes one stream's runs on its decode pool (a few blocking threads).
 struct RunDecoders<K> {
     /// The threads the runs decode on, at most its `threads` at once.
     pool: DecodePool,
@@ -270,8 +270,8 @@ impl<K: DeserializeOwned + Send + 'static> RunDecoders<K> {
         })
     }
 
-    /// Starts decoding `run` on a blocking thread, once fewer than
-    /// `at_once` runs decode.
+    /// Queues `run` for the list's decode pool, once fewer than its
+    /// threads' worth of runs are queued or decoding.
     async fn decode(&mut self, run: Run) -> Pending<DecodedRun<K>> {
         let job = Job {
             run,

@@ -200,7 +200,7 @@ async fn fetch_ahead<K, F, Fut>(
     }
 }
 
-/// Decodes one list's pages, each on a blocking thread.
+/// Decodes one list's pages on its decode pool (a few blocking threads).
 struct Decoders<K> {
     /// The threads the pages decode on, at most its `threads` at once.
     pool: DecodePool,
@@ -233,8 +233,8 @@ impl<K: DeserializeOwned + Send + 'static> Decoders<K> {
             .unwrap_or_else(|| Vec::with_capacity(1 << 20))
     }
 
-    /// Starts decoding `body` on a blocking thread, once fewer than
-    /// `at_once` pages decode.
+    /// Queues `body` for the list's decode pool, once fewer than its
+    /// threads' worth of pages are queued or decoding.
     async fn decode(&mut self, body: Vec<u8>) -> Pending<Decoded<K>> {
         let job = Job {
             body,
