@@ -48,8 +48,7 @@ pub struct HeapReserve {
     ahead: usize,
     /// Off on the main thread (see the module's documentation), known at
     /// the first batch (a reserve may be made on another thread than the
-    /// one it serves). A thread is the main one by its name, `main`, which
-    /// Rust gives it when Rust's `main` is the program's entry.
+    /// one it serves); see [`on_main_thread`].
     enabled: Option<bool>,
 }
 
@@ -62,9 +61,7 @@ impl HeapReserve {
             return;
         }
         let heap = json_bytes.saturating_mul(HEAP_PER_JSON_BYTE);
-        let enabled = *self
-            .enabled
-            .get_or_insert_with(|| std::thread::current().name() != Some("main"));
+        let enabled = *self.enabled.get_or_insert_with(|| !on_main_thread());
         if enabled && heap > 0 {
             self.taken(heap, heap.saturating_mul(8).min(MAX_STEP));
         }
@@ -89,6 +86,30 @@ impl HeapReserve {
         self.ahead = step;
         true
     }
+}
+
+/// Whether the calling thread is the process's first one, whose arena is
+/// glibc's main arena: on Linux its thread id is the process id, which
+/// `/proc/thread-self` (`<pid>/task/<tid>`) tells. Without `/proc`, by its
+/// name: Rust names it `main` when Rust's `main` is the program's entry
+/// (a program embedding Rust from C would not be seen).
+fn on_main_thread() -> bool {
+    std::fs::read_link("/proc/thread-self")
+        .ok()
+        .and_then(|link| is_main_task(&link.to_string_lossy()))
+        .unwrap_or_else(|| std::thread::current().name() == Some("main"))
+}
+
+/// `<pid>/task/<tid>`: whether the thread is the main one (`None`: not such
+/// a path).
+fn is_main_task(link: &str) -> Option<bool> {
+    let mut parts = link.split('/');
+    let (pid, task, tid) = (parts.next()?, parts.next()?, parts.next()?);
+    if task != "task" || parts.next().is_some() {
+        return None;
+    }
+    let (pid, tid) = (pid.parse::<u32>().ok()?, tid.parse::<u32>().ok()?);
+    Some(pid == tid)
 }
 
 #[cfg(test)]
@@ -132,7 +153,25 @@ mod tests {
     }
 
     #[test]
-    fn a_thread_named_main_is_the_main_one() {
+    fn the_main_task_is_the_one_whose_id_is_the_process_id() {
+        assert_eq!(is_main_task("4242/task/4242"), Some(true));
+        assert_eq!(is_main_task("4242/task/4243"), Some(false));
+        for odd in [
+            "",
+            "4242",
+            "4242/task",
+            "4242/tasks/4242",
+            "x/task/4242",
+            "1/task/1/2",
+        ] {
+            assert_eq!(is_main_task(odd), None, "{odd:?}");
+        }
+    }
+
+    /// Threads spawned here are never the main one, whatever their name
+    /// (the main thread's arena needs no reserve).
+    #[test]
+    fn a_spawned_thread_named_main_is_not_the_main_one() {
         let enabled = |name: &str| {
             std::thread::Builder::new()
                 .name(name.into())
@@ -146,7 +185,8 @@ mod tests {
                 .expect("join")
         };
         let gnu = cfg!(all(target_os = "linux", target_env = "gnu"));
-        assert_eq!(enabled("main"), gnu.then_some(false));
+        let proc_mounted = std::fs::read_link("/proc/thread-self").is_ok();
+        assert_eq!(enabled("main"), gnu.then_some(proc_mounted));
         assert_eq!(enabled("decoder"), gnu.then_some(true));
     }
 }

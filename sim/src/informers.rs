@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kinformer::{
-    Backoff, CompactOptions, FifoOptions, Informer, InformerError, InformerStats, OverflowPolicy,
-    SubscribeOptions, Subscription, WarmStart,
+    Backoff, CompactOptions, FifoOptions, Informer, InformerBuilder, InformerError, InformerStats,
+    OverflowPolicy, SubscribeOptions, Subscription, WarmStart,
 };
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -90,6 +90,31 @@ fn tier_index(cm: &ConfigMap) -> Result<Vec<String>, String> {
         .collect())
 }
 
+/// An informer of `selection` as every probe configures it for `engine`:
+/// quick backoff, a read timeout stalls can outlast, the engine's page size,
+/// managedFields choice and FIFO bound.
+pub(crate) fn informer_builder(
+    world: &World,
+    engine: &EngineChoice,
+    selection: &Selection,
+) -> InformerBuilder<ConfigMap> {
+    let api = match &selection.namespace {
+        Some(ns) => kube::Api::<ConfigMap>::namespaced(world.client(), ns),
+        None => kube::Api::<ConfigMap>::all(world.client()),
+    };
+    Informer::builder(api)
+        .backoff(Backoff::new(
+            Duration::from_millis(20),
+            Duration::from_millis(200),
+            Duration::from_secs(120),
+        ))
+        .read_timeout(READ_TIMEOUT)
+        .min_watch_timeout(Duration::from_secs(1))
+        .page_size(engine.page_size)
+        .skip_managed_fields(engine.skip_managed_fields)
+        .fifo_options(FifoOptions::default().high_watermark(engine.high_watermark))
+}
+
 impl InformerProbe {
     /// A probe with nothing started.
     pub fn new() -> Self {
@@ -140,21 +165,7 @@ impl InformerProbe {
                 },
             ),
         };
-        let api = match &selection.namespace {
-            Some(ns) => kube::Api::<ConfigMap>::namespaced(world.client(), ns),
-            None => kube::Api::<ConfigMap>::all(world.client()),
-        };
-        let mut b = Informer::builder(api)
-            .backoff(Backoff::new(
-                Duration::from_millis(20),
-                Duration::from_millis(200),
-                Duration::from_secs(120),
-            ))
-            .read_timeout(READ_TIMEOUT)
-            .min_watch_timeout(Duration::from_secs(1))
-            .page_size(engine.page_size)
-            .skip_managed_fields(engine.skip_managed_fields)
-            .fifo_options(FifoOptions::default().high_watermark(engine.high_watermark))
+        let mut b = informer_builder(world, &engine, &selection)
             // The tiered informer streams too when its cache is compact:
             // such lists go on in pages as they stream (DF-9).
             .streaming_lists(

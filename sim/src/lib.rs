@@ -13,8 +13,10 @@
 //! informer started and stopped). [`simulate`] runs it against a fresh
 //! embedded server ([`World`]) with a [`Probe`], which drives what consumes
 //! the server and checks it against the server's state:
-//! [`InformerProbe`] for informers; a controller or replica test writes its
-//! own probe and reuses the schedules, the world and the runner.
+//! [`InformerProbe`] for informers, [`ControllerProbe`] for a controller
+//! (its reconciles converge on the server's state, one at a time per key,
+//! failures and panics retried); a replica test writes its own probe and
+//! reuses the schedules, the world and the runner.
 //!
 //! ```no_run
 //! # async fn f() {
@@ -30,6 +32,7 @@
 #![forbid(unsafe_code)]
 
 pub mod check;
+pub mod controllers;
 pub mod fuzz;
 pub mod informers;
 pub mod panics;
@@ -40,6 +43,7 @@ pub mod subscriber;
 pub mod watchdog;
 pub mod world;
 
+pub use controllers::ControllerProbe;
 pub use informers::InformerProbe;
 pub use run::{Probe, RunOutcome, reproduction, simulate, simulate_within};
 pub use schedule::{Profile, Schedule, generate};

@@ -22,6 +22,9 @@ use crate::world::{World, WorldCounts};
 /// [`finish`](Probe::finish). All on one actix System's thread.
 #[allow(async_fn_in_trait)]
 pub trait Probe {
+    /// The simulator test that replays one seed with this probe (its
+    /// reproduction line names it).
+    const REPLAY: &'static str = "replay";
     /// Before the first step: start what consumes the server.
     async fn start(&mut self, world: &mut World, schedule: &Schedule) -> anyhow::Result<()>;
     /// A consumer step of the schedule (a probe may ignore any of them).
@@ -53,12 +56,14 @@ pub struct RunOutcome {
     pub counts: WorldCounts,
     /// The probe's counters.
     pub summary: BTreeMap<&'static str, u64>,
+    /// The test that replays it ([`Probe::REPLAY`]).
+    pub replay: &'static str,
 }
 
 impl RunOutcome {
     /// The one line that runs this schedule again.
     pub fn reproduction(&self) -> String {
-        reproduction(self.seed, self.profile)
+        reproduction_in(self.replay, self.seed, self.profile)
     }
 }
 
@@ -82,8 +87,13 @@ pub fn profile_named(name: &str) -> Option<Profile> {
 
 /// The one-line reproduction of a seed.
 pub fn reproduction(seed: u64, profile: Profile) -> String {
+    reproduction_in("replay", seed, profile)
+}
+
+/// The one-line reproduction of a seed by the replay test `test`.
+pub fn reproduction_in(test: &str, seed: u64, profile: Profile) -> String {
     format!(
-        "KINFORMER_SIM_SEED={seed} KINFORMER_SIM_PROFILE={} cargo test -p kinformer-sim --test simulator -- replay --nocapture",
+        "KINFORMER_SIM_SEED={seed} KINFORMER_SIM_PROFILE={} cargo test -p kinformer-sim --test simulator -- {test} --exact --nocapture",
         profile_name(profile)
     )
 }
@@ -164,7 +174,7 @@ pub async fn simulate_within<P: Probe>(
         watchdog: Watchdog::aborting(
             format!(
                 "seed {seed} (reproduce: {})",
-                reproduction(seed, schedule.profile)
+                reproduction_in(P::REPLAY, seed, schedule.profile)
             ),
             step_limit + settle_time(schedule.profile) + WATCHDOG_GRACE,
         ),
@@ -180,6 +190,7 @@ pub async fn simulate_within<P: Probe>(
                 elapsed: t0.elapsed(),
                 counts: WorldCounts::default(),
                 summary: BTreeMap::new(),
+                replay: P::REPLAY,
             };
         }
     };
@@ -287,5 +298,6 @@ pub async fn simulate_within<P: Probe>(
         elapsed: t0.elapsed(),
         counts,
         summary: probe.summary(),
+        replay: P::REPLAY,
     }
 }

@@ -2,7 +2,7 @@
 //! of one seed:
 //!
 //! ```text
-//! KINFORMER_SIM_SEED=17 KINFORMER_SIM_PROFILE=quick cargo test -p kinformer-sim --test simulator -- replay --nocapture
+//! KINFORMER_SIM_SEED=17 KINFORMER_SIM_PROFILE=quick cargo test -p kinformer-sim --test simulator -- replay --exact --nocapture
 //! ```
 //!
 //! The long run (thousands of schedules, schedules per minute, every
@@ -15,7 +15,8 @@ use std::time::Duration;
 use kinformer_sim::run::profile_named;
 use kinformer_sim::schedule::{Consumer, Step};
 use kinformer_sim::{
-    InformerProbe, Probe, Profile, RunOutcome, Schedule, World, generate, simulate, simulate_within,
+    ControllerProbe, InformerProbe, Probe, Profile, RunOutcome, Schedule, World, generate,
+    simulate, simulate_within,
 };
 use tokio::time::Instant;
 
@@ -47,9 +48,17 @@ fn per_batch() -> u64 {
 }
 
 async fn run_seeds(seeds: impl IntoIterator<Item = u64>, profile: Profile) -> Vec<RunOutcome> {
+    run_seeds_with(seeds, profile, InformerProbe::new).await
+}
+
+async fn run_seeds_with<P: Probe>(
+    seeds: impl IntoIterator<Item = u64>,
+    profile: Profile,
+    probe: impl Fn() -> P,
+) -> Vec<RunOutcome> {
     let mut failed = Vec::new();
     for seed in seeds {
-        let outcome = simulate(&generate(seed, profile), &mut InformerProbe::new()).await;
+        let outcome = simulate(&generate(seed, profile), &mut probe()).await;
         if !outcome.divergences.is_empty() {
             eprintln!(
                 "seed {seed} diverged ({:?}):\n  {}\nreproduce: {}",
@@ -112,6 +121,21 @@ async fn quick_batch_3() {
     batch(3).await;
 }
 
+/// The controller probe's CI batch: the same schedules (their first
+/// seeds), checked through a controller's reconciles.
+#[actix::test]
+async fn controller_quick_batch() {
+    let per_batch = per_batch();
+    let start = base();
+    let failed = run_seeds_with(
+        start..start + per_batch,
+        Profile::QUICK,
+        ControllerProbe::new,
+    )
+    .await;
+    assert_none_failed(&failed);
+}
+
 /// A probe whose consumer steps never finish: a hang.
 struct HangingProbe;
 
@@ -169,6 +193,16 @@ async fn regression_seeds() {
 /// quick), printing the schedule; passes without a seed.
 #[actix::test]
 async fn replay() {
+    replay_with(InformerProbe::new()).await;
+}
+
+/// [`replay`] with the controller probe.
+#[actix::test]
+async fn replay_controller() {
+    replay_with(ControllerProbe::new()).await;
+}
+
+async fn replay_with<P: Probe>(mut probe: P) {
     let Some(seed) = std::env::var("KINFORMER_SIM_SEED")
         .ok()
         .and_then(|s| s.parse::<u64>().ok())
@@ -181,7 +215,7 @@ async fn replay() {
         .unwrap_or(Profile::QUICK);
     let schedule = generate(seed, profile);
     eprintln!("{schedule:#?}");
-    let outcome = simulate(&schedule, &mut InformerProbe::new()).await;
+    let outcome = simulate(&schedule, &mut probe).await;
     eprintln!(
         "seed {seed}: {:?}, {:?}, {:?}",
         outcome.elapsed, outcome.counts, outcome.summary

@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! cargo run --release -p kinformer-sim --bin kinformer-sim -- --schedules 5000 --jobs 2 --profile long
+//! cargo run --release -p kinformer-sim --bin kinformer-sim -- --probe controller --profile quick
 //! ```
 
 use std::collections::BTreeMap;
@@ -14,7 +15,16 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use kinformer_sim::run::profile_named;
-use kinformer_sim::{InformerProbe, RunOutcome, generate, simulate};
+use kinformer_sim::{ControllerProbe, InformerProbe, RunOutcome, generate, simulate};
+
+/// What consumes the server in each schedule.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum ProbeKind {
+    /// Informers and their subscribers of every kind.
+    Informer,
+    /// A controller whose reconciles fail, panic and requeue now and then.
+    Controller,
+}
 
 #[derive(Parser, Debug)]
 #[command(about = "Runs seeded fault schedules against kinformer and the embedded API server")]
@@ -34,6 +44,9 @@ struct Args {
     /// `quick` (CI's) or `long` (longer schedules, slow faults).
     #[arg(long, default_value = "long")]
     profile: String,
+    /// What the schedules are checked with.
+    #[arg(long, value_enum, default_value_t = ProbeKind::Informer)]
+    probe: ProbeKind,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -51,7 +64,7 @@ fn main() -> anyhow::Result<()> {
     for _ in 0..args.jobs.max(1) {
         let (next, done, failed, totals) =
             (next.clone(), done.clone(), failed.clone(), totals.clone());
-        let (total, start) = (args.schedules, args.start);
+        let (total, start, probe) = (args.schedules, args.start, args.probe);
         threads.push(std::thread::spawn(move || {
             actix::System::new().block_on(async move {
                 loop {
@@ -60,8 +73,13 @@ fn main() -> anyhow::Result<()> {
                         return;
                     }
                     let seed = start + i;
-                    let outcome =
-                        simulate(&generate(seed, profile), &mut InformerProbe::new()).await;
+                    let schedule = generate(seed, profile);
+                    let outcome = match probe {
+                        ProbeKind::Informer => simulate(&schedule, &mut InformerProbe::new()).await,
+                        ProbeKind::Controller => {
+                            simulate(&schedule, &mut ControllerProbe::new()).await
+                        }
+                    };
                     {
                         let mut totals = totals.lock().unwrap_or_else(|p| p.into_inner());
                         for (k, v) in &outcome.summary {
