@@ -254,6 +254,41 @@ async fn ctl_11_a_graceful_stop_of_the_leader_hands_over_within_a_retry() {
     b.controller.stop(Duration::from_secs(5)).await;
 }
 
+/// A leader that loses its lease while its controller is stopping (a
+/// partition during a rolling update, or the elector stopped alongside)
+/// cancels the reconciles still running at once, not at the stop's
+/// deadline: a successor may lead within a retry (CTL-11, CTL-5).
+#[actix::test]
+async fn ctl_11_leadership_lost_during_a_stop_cancels_the_running_reconciles() {
+    let server = server(10_000);
+    let calls = Arc::new(Calls::default());
+    let hold = Arc::new(Mutex::new(Some(("a", "held".to_owned()))));
+    let mut a = replica(&server, "a", calls.clone(), hold).await;
+    eventually(WAIT, "a leads", || a.controller.is_leader() == Some(true)).await;
+    let since = Instant::now() - Duration::from_secs(60);
+    create(&server, "held", "v1");
+    eventually(WAIT, "a started on held", || {
+        calls.by("a", since).get("held") == Some(&1)
+    })
+    .await;
+    let elector = a.elector.take().unwrap();
+    let deadline = Duration::from_secs(30);
+    let t0 = Instant::now();
+    let (report, ()) = tokio::join!(a.controller.stop(deadline), async {
+        // The stop is under way (it does not return while `held` runs).
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        elector.abandon().await;
+    });
+    let took = t0.elapsed();
+    assert!(
+        report.cancelled.is_empty(),
+        "held ran until the stop's deadline: {report:?}"
+    );
+    assert!(took < deadline / 3, "the stop took {took:?}");
+    assert!(calls.all().iter().all(|c| c.ended.is_some()));
+    a.informer.stop().await;
+}
+
 /// Failover time at 10k objects, warm standby (the standby's informer
 /// synced before the kill) against cold (it starts its informer once it
 /// leads). Figures in BENCHMARKS.md ("Failover: warm and cold standby");

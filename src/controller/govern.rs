@@ -59,12 +59,30 @@ pub(crate) async fn govern<K: Object>(governed: Governed<K>) {
             starting
         });
         if !started && *phase.borrow() == Phase::Stopping {
-            return;
+            break;
         }
         tokio::select! {
             r = channels.source.changed() => if r.is_err() { return },
-            _ = stopping.wait_for(|p| *p == Phase::Stopping) => return,
+            _ = stopping.wait_for(|p| *p == Phase::Stopping) => break,
         }
+    }
+    follow_while_stopping(&mut channels).await;
+}
+
+/// While the controller stops, reconciles may run on until the stop's
+/// deadline: a scope that shrinks meanwhile (leadership lost, shard moved)
+/// must still cancel theirs at once (CTL-11), or a successor could
+/// reconcile the same keys alongside. Nothing is queued any more (CTL-5).
+/// Ends when the scope can no longer change or no worker is left to tell.
+async fn follow_while_stopping(channels: &mut ScopeChannels) {
+    loop {
+        tokio::select! {
+            r = channels.source.changed() => if r.is_err() { return },
+            () = channels.work.closed() => return,
+        }
+        let new = channels.source.borrow_and_update().clone();
+        channels.work.send_replace(new.clone());
+        channels.feed.send_replace(new);
     }
 }
 
