@@ -143,7 +143,10 @@ impl ValueReader {
     pub fn new(dictionary: Option<&[u8]>) -> Result<Self, SnapshotError> {
         let dctx = DCtx::try_create().ok_or_else(|| zstd_error("no decompression context"))?;
         let dictionary = match dictionary {
-            Some(d) => Some(DDict::try_create(d).ok_or_else(|| zstd_error("dictionary refused"))?),
+            // The file's own dictionary: refused, the file is damaged.
+            Some(d) => Some(DDict::try_create(d).ok_or_else(|| {
+                SnapshotError::Corrupt("zstd refused the stored dictionary".into())
+            })?),
             None => None,
         };
         Ok(ValueReader {

@@ -74,6 +74,23 @@ impl<K> Drop for Persistence<K> {
     }
 }
 
+/// Abandons a feed when dropped, unless [`disarm`](Self::disarm)ed.
+struct AbandonUnlessRun<K>(Option<Arc<SnapshotFeed<K>>>);
+
+impl<K> AbandonUnlessRun<K> {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl<K> Drop for AbandonUnlessRun<K> {
+    fn drop(&mut self) {
+        if let Some(feed) = self.0.take() {
+            feed.abandon();
+        }
+    }
+}
+
 /// Decoded pages of a restore waiting for the Reflector, at most.
 const PAGES_IN_FLIGHT: usize = 4;
 
@@ -93,6 +110,10 @@ pub(crate) fn prepare<K: Object>(
         stats: stats.clone(),
         done,
     };
+    // Abandons the feed if the restore never runs (the informer stopped
+    // first, or the runtime dropped the blocking task unstarted): no writer
+    // would ever take the points the Indexer offers.
+    let unrun = AbandonUnlessRun(Some(feed.clone()));
     let restore: RestoreFn<K> = Box::new(move || {
         Box::pin(async move {
             let (head_tx, head) = tokio::sync::oneshot::channel();
@@ -106,7 +127,10 @@ pub(crate) fn prepare<K: Object>(
                 head: head_tx,
                 pages: pages_tx,
             };
-            tokio::task::spawn_blocking(move || restore.run(done_tx));
+            tokio::task::spawn_blocking(move || {
+                unrun.disarm();
+                restore.run(done_tx)
+            });
             // A panic of the blocking task drops `head`: no snapshot.
             let resource_version = head.await.ok().flatten()?;
             Some(Restored {

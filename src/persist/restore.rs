@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 
 use kinformer_actors::Object;
 use kinformer_actors::indexer::SnapshotFeed;
-use kinformer_actors::reflector::RestoredPage;
+use kinformer_actors::reflector::{RestoredPage, Taken};
 use tokio::sync::watch;
 
 use super::compression::ValueWriter;
@@ -90,7 +90,12 @@ impl<K: Object> Restore<K> {
                     // Cut short, the cache lacks some of the file's objects:
                     // the first commit rewrites the file from the cache.
                     Ok(objects) => {
-                        let _ = pages.blocking_send(RestoredPage::Complete);
+                        // A page sent is only queued: the informer may stop
+                        // taking them before the last (its Reflector
+                        // restarted), which only its answer tells.
+                        let (taken, answered) = Taken::new();
+                        let sent = pages.blocking_send(RestoredPage::Complete(taken)).is_ok();
+                        cut_short |= !sent || answered.blocking_recv().is_err();
                         tracing::debug!(objects, cut_short, took = ?started.elapsed(), "snapshot read and decoded");
                         Ok((opened.db, opened.dictionary, cut_short))
                     }

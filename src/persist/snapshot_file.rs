@@ -390,7 +390,8 @@ pub fn stored_keys(db: &Database) -> Result<Vec<String>, SnapshotError> {
 pub struct Commit<'a, I> {
     /// The changed keys with their state, read as they are written (a
     /// compact cache decodes each object on reading: a commit of every key
-    /// must not hold them all at once).
+    /// must not hold them all at once); a state that could not be read
+    /// fails the commit.
     pub changes: I,
     /// The resourceVersion the snapshot is at once committed.
     pub resource_version: &'a str,
@@ -412,7 +413,7 @@ pub fn write<K, S, I>(
 ) -> Result<Written, SnapshotError>
 where
     S: AsRef<str>,
-    I: Iterator<Item = (S, Option<Arc<K>>)>,
+    I: Iterator<Item = (S, Result<Option<Arc<K>>, SnapshotError>)>,
 {
     let write = |e: &dyn std::fmt::Display| SnapshotError::Write(e.to_string());
     let mut changes = commit.changes;
@@ -430,6 +431,7 @@ where
         let enough =
             |count: usize, bytes: usize| count == DICTIONARY_SAMPLES || bytes >= SAMPLE_BYTES;
         for (key, state) in changes.by_ref() {
+            let state = state?;
             let mut whole = None;
             if let Some(object) = &state {
                 let json = encode(object).map_err(|e| write(&e))?;
@@ -458,8 +460,14 @@ where
     {
         let mut objects = txn.open_table(OBJECTS).map_err(|e| write(&e))?;
         let rest = changes.map(|(key, state)| (key, state, None));
-        for (key, state, whole) in head.into_iter().chain(rest) {
+        let head = head
+            .into_iter()
+            .map(|(key, state, whole)| (key, Ok(state), whole));
+        // An object that cannot be read fails the whole transaction: its
+        // key must not go stale (nor be removed) under a newer RV.
+        for (key, state, whole) in head.chain(rest) {
             let key = key.as_ref();
+            let state = state?;
             match state {
                 Some(object) => {
                     let json = match whole {
@@ -529,7 +537,7 @@ mod tests {
     fn commit(db: &Database, changes: Vec<(&str, Option<&String>)>, rv: &str, count: u64) {
         let changes = changes
             .into_iter()
-            .map(|(k, o)| (k, o.map(|o| Arc::new(o.clone()))));
+            .map(|(k, o)| (k, Ok(o.map(|o| Arc::new(o.clone())))));
         let dictionary = {
             let txn = db.begin_read().unwrap();
             let meta = txn.open_table(META).unwrap();
@@ -916,6 +924,46 @@ mod tests {
     /// A commit reads its objects as it writes them: a compact cache
     /// decodes each on reading, so no more than the dictionary's samples
     /// are held at once, however many keys the commit writes.
+    /// A state that cannot be read (a compact cache's entry that does not
+    /// decode) fails the whole commit: neither the keys before it nor the
+    /// resourceVersion are written, so no key goes stale under a newer RV.
+    #[test]
+    fn an_unreadable_state_fails_the_whole_commit() {
+        let d = dir("unreadable");
+        let id = identity("");
+        let path = path_in(&d, &id);
+        let db = create(&path, &id).unwrap();
+        let (keys, values) = values(3);
+        commit(&db, all(&keys, &values), "5", 3);
+        let mut writer = ValueWriter::new(None).unwrap();
+        let changes = vec![
+            (keys[0].as_str(), Ok(Some(Arc::new("new".to_owned())))),
+            (
+                keys[1].as_str(),
+                Err(SnapshotError::Write("does not decode".into())),
+            ),
+            (keys[2].as_str(), Ok(None)),
+        ];
+        let c = Commit {
+            changes: changes.into_iter(),
+            resource_version: "6",
+            count: 2,
+        };
+        let e = write(&db, c, encode, &mut writer).unwrap_err();
+        assert!(e.to_string().contains("does not decode"), "{e}");
+        drop(db);
+        let loaded = load(&path, &id, decode).unwrap().unwrap();
+        assert_eq!(loaded.resource_version, "5");
+        assert_eq!(
+            loaded
+                .objects
+                .iter()
+                .map(|o| o.as_str())
+                .collect::<Vec<_>>(),
+            values.iter().map(String::as_str).collect::<Vec<_>>()
+        );
+    }
+
     #[test]
     fn a_commit_holds_few_objects_at_once() {
         use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -946,7 +994,7 @@ mod tests {
             changes: keys
                 .iter()
                 .enumerate()
-                .map(|(i, k)| (k.as_str(), Some(counted(i)))),
+                .map(|(i, k)| (k.as_str(), Ok(Some(counted(i))))),
             resource_version: "9",
             count: 2000,
         };

@@ -87,7 +87,7 @@ fn write_points<K: Object>(
             Ok(Some(point)) => point,
         };
         let started = Instant::now();
-        let mut keys: Vec<ObjectKey> = if fresh {
+        let mut keys: Vec<ObjectKey> = if fresh || point.whole {
             let mut keys = point.snapshot.keys();
             let kept: std::collections::HashSet<&str> =
                 keys.iter().map(ObjectKey::as_str).collect();
@@ -104,7 +104,12 @@ fn write_points<K: Object>(
         // In key order: neighbouring B-tree pages are written together.
         keys.sort_unstable();
         let commit = Commit {
-            changes: keys.iter().map(|k| (k.as_str(), point.snapshot.get(k))),
+            changes: keys.iter().map(|k| {
+                let state = point.snapshot.try_get(k).map_err(|e| {
+                    SnapshotError::Write(format!("the cached {k} cannot be read: {e}"))
+                });
+                (k.as_str(), state)
+            }),
             resource_version: &point.resource_version,
             count: point.snapshot.len() as u64,
         };
@@ -192,7 +197,7 @@ mod tests {
         }
         cache.publish();
         let feed = SnapshotFeed::new();
-        feed.offer(cache.snapshot(), "5".into(), &mut HashSet::new());
+        feed.offer(cache.snapshot(), "5".into(), &mut HashSet::new(), false);
         let stats = Arc::new(PersistStats::default());
         let (done_tx, done) = watch::channel(false);
         // Closed with the point offered: the writer commits it, then ends.

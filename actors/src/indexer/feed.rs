@@ -19,8 +19,10 @@
 //! Off the hot path: the Indexer pays one set insert per change and a short
 //! lock per consistent point; it never waits for the writer. A writer that
 //! falls behind finds the points merged (the newest copy, the union of the
-//! changed keys): memory is bounded by the number of keys, and the writer
-//! catches up in one transaction.
+//! changed keys), and catches up in one transaction. Changed keys beyond
+//! the cache's size (deleted ones count: churn over generated names while
+//! the writer is stuck) become "every key", a rewrite of the whole file:
+//! what is noted never outgrows the cache ([`MIN_KEYS_NOTED`]).
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,8 +43,21 @@ pub struct ConsistentPoint<K> {
     /// The server's resourceVersion the cache is the state at.
     pub resource_version: String,
     /// Keys added, changed or deleted since the previous point taken (their
-    /// state is `snapshot`'s: present or absent).
+    /// state is `snapshot`'s: present or absent). Empty when `whole`.
     pub changed: HashSet<ObjectKey>,
+    /// More keys changed than are noted one by one: every key may have,
+    /// the writer rewrites the file whole.
+    pub whole: bool,
+}
+
+/// Changed keys noted one by one up to the cache's size, or this many in a
+/// small cache; more become a rewrite of every key.
+pub const MIN_KEYS_NOTED: usize = 4096;
+
+/// Whether `changed` outnumbers what is noted key by key for a cache of
+/// `cached` objects.
+fn too_many(changed: &HashSet<ObjectKey>, cached: usize) -> bool {
+    changed.len() > cached.max(MIN_KEYS_NOTED)
 }
 
 /// Shared between the Indexer (which offers points) and one writer thread
@@ -66,28 +81,40 @@ impl<K> SnapshotFeed<K> {
         })
     }
 
-    /// Offers a point, merged into one not taken yet (`changed` is drained).
-    /// The Indexer offers each consistent point; nothing once closed.
-    pub fn offer(&self, snapshot: Snapshot<K>, rv: String, changed: &mut HashSet<ObjectKey>) {
+    /// Offers a point, merged into one not taken yet (`changed` is drained;
+    /// `whole`: every key may have changed). The Indexer offers each
+    /// consistent point; nothing once closed.
+    pub fn offer(
+        &self,
+        snapshot: Snapshot<K>,
+        rv: String,
+        changed: &mut HashSet<ObjectKey>,
+        whole: bool,
+    ) {
         let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
         if self.is_closed() {
             changed.clear();
             return;
         }
-        match &mut *pending {
-            Some(point) => {
-                point.snapshot = snapshot;
-                point.resource_version = rv;
-                point.changed.extend(changed.drain());
-            }
-            None => {
-                *pending = Some(ConsistentPoint {
-                    snapshot,
-                    resource_version: rv,
-                    changed: std::mem::take(changed),
-                });
-            }
+        let point = pending.get_or_insert_with(|| ConsistentPoint {
+            snapshot: snapshot.clone(),
+            resource_version: String::new(),
+            changed: HashSet::new(),
+            whole: false,
+        });
+        point.snapshot = snapshot;
+        point.resource_version = rv;
+        point.whole |= whole;
+        if point.changed.is_empty() && !point.whole {
+            std::mem::swap(&mut point.changed, changed);
+        } else if !point.whole {
+            point.changed.extend(changed.drain());
         }
+        if point.whole || too_many(&point.changed, point.snapshot.len()) {
+            point.whole = true;
+            point.changed = HashSet::new();
+        }
+        changed.clear();
         drop(pending);
         self.ready.notify_one();
     }
@@ -160,6 +187,9 @@ pub(super) fn apply_noted<K: kube::Resource + Send + Sync + 'static>(
 pub(super) struct FeedOutlet<K> {
     feed: Arc<SnapshotFeed<K>>,
     changed: HashSet<ObjectKey>,
+    /// More keys changed since the last point than the cache holds (a
+    /// DeltaFIFO that never empties under churn): every key may have.
+    whole: bool,
 }
 
 impl<K: kube::Resource + Send + Sync + 'static> FeedOutlet<K> {
@@ -167,6 +197,7 @@ impl<K: kube::Resource + Send + Sync + 'static> FeedOutlet<K> {
         FeedOutlet {
             feed,
             changed: HashSet::new(),
+            whole: false,
         }
     }
 
@@ -192,12 +223,18 @@ impl<K: kube::Resource + Send + Sync + 'static> FeedOutlet<K> {
                     ..
                 }
             );
-            if !a.sync_only && !restored {
+            if !a.sync_only && !restored && !self.whole {
                 self.changed.insert(a.event.key().clone());
             }
         }
+        if too_many(&self.changed, cache.len()) {
+            self.whole = true;
+            self.changed = HashSet::new();
+        }
         if let Some(rv) = consistent_at.filter(|rv| !rv.is_empty()) {
-            self.feed.offer(cache.snapshot(), rv, &mut self.changed);
+            let whole = std::mem::take(&mut self.whole);
+            self.feed
+                .offer(cache.snapshot(), rv, &mut self.changed, whole);
         }
     }
 }
@@ -242,20 +279,67 @@ mod tests {
         let object = configmap("a", "1");
         cache.upsert(ObjectKey::of(object.as_ref()).unwrap(), object.clone());
         cache.publish();
-        feed.offer(cache.snapshot(), "5".into(), &mut HashSet::new());
+        feed.offer(cache.snapshot(), "5".into(), &mut HashSet::new(), false);
         feed.abandon();
         assert!(
             matches!(feed.take(Duration::ZERO), Err(FeedClosed)),
             "the point offered before is gone"
         );
         let mut changed = HashSet::from([ObjectKey::of(object.as_ref()).unwrap()]);
-        feed.offer(cache.snapshot(), "6".into(), &mut changed);
+        feed.offer(cache.snapshot(), "6".into(), &mut changed, false);
         assert!(changed.is_empty(), "changes are no longer kept");
         assert!(matches!(feed.take(Duration::ZERO), Err(FeedClosed)));
         // Nor noted by the Indexer's side between consistent points.
         let mut outlet = FeedOutlet::new(feed.clone());
         outlet.applied(&[applied("b", Cause::Watch, false)], None, &cache);
         assert!(outlet.changed.is_empty());
+    }
+
+    /// More changed keys than the cache holds (or than [`MIN_KEYS_NOTED`])
+    /// are not kept one by one, on either side of the feed: the point says
+    /// "every key" and the writer rewrites the file whole, so a stuck
+    /// writer under churn over generated names holds no growing set.
+    #[test]
+    fn changes_beyond_the_cache_size_become_a_whole_rewrite() {
+        let feed = SnapshotFeed::new();
+        let mut outlet = FeedOutlet::new(feed.clone());
+        let cache = Cache::<ConfigMap>::new();
+        let many: Vec<_> = (0..=MIN_KEYS_NOTED)
+            .map(|i| applied(&format!("gen-{i}"), Cause::Watch, false))
+            .collect();
+        outlet.applied(&many, None, &cache);
+        assert!(outlet.whole && outlet.changed.is_empty());
+        outlet.applied(&[applied("a", Cause::Watch, false)], None, &cache);
+        assert!(outlet.changed.is_empty(), "nothing noted while whole");
+        outlet.applied(&[], Some("5".into()), &cache);
+        assert!(!outlet.whole, "handed on with the point");
+        outlet.applied(
+            &[applied("b", Cause::Watch, false)],
+            Some("6".into()),
+            &cache,
+        );
+        let point = feed.take(Duration::ZERO).unwrap().unwrap();
+        assert_eq!(point.resource_version, "6");
+        assert!(point.whole, "a merged point stays whole");
+        assert!(point.changed.is_empty());
+        // The writer's side alone: points merged past the bound.
+        let mut changed: HashSet<ObjectKey> = (0..MIN_KEYS_NOTED)
+            .map(|i| ObjectKey::from(format!("ns/k-{i}").as_str()))
+            .collect();
+        feed.offer(cache.snapshot(), "7".into(), &mut changed, false);
+        assert!(changed.is_empty());
+        let mut more = HashSet::from([ObjectKey::from("ns/one-more")]);
+        feed.offer(cache.snapshot(), "8".into(), &mut more, false);
+        let point = feed.take(Duration::ZERO).unwrap().unwrap();
+        assert!(point.whole && point.changed.is_empty());
+        outlet.applied(
+            &[applied("c", Cause::Watch, false)],
+            Some("9".into()),
+            &cache,
+        );
+        let point = feed.take(Duration::ZERO).unwrap().unwrap();
+        assert!(!point.whole);
+        assert_eq!(names(&point), ["ns/c"]);
     }
 
     /// Points not taken yet merge: the newest resourceVersion, the union of

@@ -20,7 +20,7 @@ use super::sink::Sink;
 use super::source::{ListerWatcher, PageRequest, WatchStream};
 use super::state::{ReflectorOptions, ReflectorState, WatchRequest};
 use super::stats::ReflectorStats;
-use super::warm_start::{RestoreFn, Restored, RestoredPage};
+use super::warm_start::{RestoreFn, Restored, RestoredPage, Taken};
 use crate::delta_fifo::{FifoClosed, WatchDelta};
 
 /// One step of a scripted watch stream; a stream whose steps run out closes cleanly.
@@ -352,6 +352,8 @@ pub struct Driven {
     pub restore: Option<(&'static str, Vec<(&'static str, &'static str)>)>,
     /// How the snapshot's pages end after its objects.
     pub restore_end: SnapshotEnd,
+    /// Where a complete snapshot's [`Taken`] is answered.
+    pub taken: Option<tokio::sync::oneshot::Receiver<()>>,
 }
 
 /// How a fake snapshot's pages end.
@@ -376,6 +378,7 @@ impl Driven {
             jitter: || 0.0,
             restore: None,
             restore_end: SnapshotEnd::Complete,
+            taken: None,
         }
     }
 
@@ -384,6 +387,7 @@ impl Driven {
         let (rv, rx) = watch::channel(String::new());
         self.rv = rx;
         let damaged = self.restore_end;
+        let taken = &mut self.taken;
         let mut restore = self.restore.take().map(|(at, objects)| {
             let objects: Vec<_> = objects
                 .iter()
@@ -392,7 +396,11 @@ impl Driven {
             let (tx, pages) = tokio::sync::mpsc::channel(2);
             let _ = tx.try_send(RestoredPage::Objects(objects));
             match damaged {
-                SnapshotEnd::Complete => drop(tx.try_send(RestoredPage::Complete)),
+                SnapshotEnd::Complete => {
+                    let (sent, answered) = Taken::new();
+                    *taken = Some(answered);
+                    drop(tx.try_send(RestoredPage::Complete(sent)))
+                }
                 SnapshotEnd::Damaged => drop(tx.try_send(RestoredPage::Damaged("damaged".into()))),
                 SnapshotEnd::ReaderGone => {}
             }

@@ -239,10 +239,10 @@ where
         } = restored;
         let mut count = 0u64;
         let mut first = true;
-        loop {
+        let taken = loop {
             let page = match pages.recv().await {
                 Some(RestoredPage::Objects(page)) => page,
-                Some(RestoredPage::Complete) => break,
+                Some(RestoredPage::Complete(taken)) => break taken,
                 damaged => {
                     let why = match damaged {
                         Some(RestoredPage::Damaged(why)) => why,
@@ -254,10 +254,11 @@ where
             };
             count += page.len() as u64;
             let was_first = std::mem::replace(&mut first, false);
+            self.state.borrow_mut().pages_handed();
             if self.sink.restore_page(page, was_first).await.is_err() {
                 return Err(Exit::SinkClosed);
             }
-        }
+        };
         if self
             .sink
             .restore_end(resource_version.clone(), !first)
@@ -266,6 +267,7 @@ where
         {
             return Err(Exit::SinkClosed);
         }
+        taken.answer();
         self.state.borrow_mut().restored(&resource_version);
         self.publish_rv();
         let took = started.elapsed();
@@ -300,6 +302,7 @@ where
                 let stats = &self.stats;
                 let sharing = &self.sharing;
                 let sink = &self.sink;
+                let state = &self.state;
                 let handed = &mut handed;
                 // Shared page by page, and unchanged objects are the cached ones.
                 let cached = sharing.reusable();
@@ -319,6 +322,7 @@ where
                     async |page| {
                         let was_first = std::mem::replace(&mut first, false);
                         *handed = true;
+                        state.borrow_mut().pages_handed();
                         sink.list_page(page, was_first).await.is_ok()
                     },
                 )
@@ -459,6 +463,7 @@ where
             // pages of the one before.
             let mut first = true;
             let sink = &self.sink;
+            let state = &self.state;
             let handed = &mut *handed;
             let initial = initial_events(
                 &mut self.source,
@@ -469,6 +474,7 @@ where
                 async |objects| {
                     let was_first = std::mem::replace(&mut first, false);
                     *handed = true;
+                    state.borrow_mut().pages_handed();
                     sink.list_page(objects, was_first).await.is_ok()
                 },
             );
@@ -645,6 +651,8 @@ mod tests {
         );
         assert_eq!(d.stats.warm_start.get(), WarmStart::Resumed);
         assert_eq!(d.stats.restored_objects.load(Ordering::Relaxed), 1);
+        // The reader hears that every page reached the sink.
+        assert_eq!(d.taken.take().map(|mut t| t.try_recv()), Some(Ok(())));
     }
 
     /// Warm start, relisted: a 410 before the server's first event lists at

@@ -62,4 +62,6 @@ pub use state::{
     ReflectorOptions, ReflectorState, VERY_SHORT_WATCH, WatchEnd, WatchRequest,
 };
 pub use stats::{ReflectorStats, WatchEndReason};
-pub use warm_start::{RestoreFn, Restored, RestoredPage, RestoredPages, WarmStart, WarmStartCell};
+pub use warm_start::{
+    RestoreFn, Restored, RestoredPage, RestoredPages, Taken, WarmStart, WarmStartCell,
+};

@@ -176,6 +176,10 @@ pub struct ReflectorState {
     /// A snapshot was restored and the server has not answered the watch
     /// from its resourceVersion yet: a 410 then relists at once.
     resuming: bool,
+    /// The list (or restore) under way has handed pages to the sink: if it
+    /// fails, however (a panic of the loop included), the next list must
+    /// not be older than those pages.
+    pages_handed: bool,
 }
 
 impl ReflectorState {
@@ -198,6 +202,7 @@ impl ReflectorState {
             watch_restarts: 0,
             outage: Outage::default(),
             probe: options.probe,
+            pages_handed: false,
             resuming: false,
         }
     }
@@ -210,6 +215,7 @@ impl ReflectorState {
     pub fn restored(&mut self, resource_version: &str) {
         self.last_sync_rv = resource_version.to_owned();
         self.resuming = true;
+        self.pages_handed = false;
     }
 
     /// True between [`restored`](Self::restored) and the server's first
@@ -284,6 +290,14 @@ impl ReflectorState {
         self.rv_unavailable = true;
     }
 
+    /// The list (or restore) under way handed a page to the sink: should it
+    /// end in any failure, [`list_failed`](Self::list_failed) treats it as
+    /// [`failed_after_pages`](Self::failed_after_pages), so a panic of the
+    /// list-watch loop cannot lose the caller's note of it.
+    pub fn pages_handed(&mut self) {
+        self.pages_handed = true;
+    }
+
     /// A list (or streaming list) succeeded with this resourceVersion.
     pub fn list_succeeded(&mut self, resource_version: &str, paginated: bool) {
         self.plain_list_once = false;
@@ -296,6 +310,7 @@ impl ReflectorState {
         self.listed_once = true;
         self.resuming = false;
         self.rv_unavailable = false;
+        self.pages_handed = false;
         self.last_sync_rv = resource_version.to_owned();
         self.outage.healthy();
     }
@@ -310,6 +325,20 @@ impl ReflectorState {
     ) -> Next {
         self.outage.failed(failure, now);
         self.plain_list_once = false;
+        let next = self.next_after_list_failure(failure, streaming, now, jitter);
+        if std::mem::take(&mut self.pages_handed) {
+            self.failed_after_pages();
+        }
+        next
+    }
+
+    fn next_after_list_failure(
+        &mut self,
+        failure: &Failure,
+        streaming: bool,
+        now: Instant,
+        jitter: f64,
+    ) -> Next {
         match failure {
             // Retry at once with ""; if "" itself failed, back off.
             Failure::Expired | Failure::TooLargeResourceVersion if !self.rv_unavailable => {
@@ -530,6 +559,50 @@ mod tests {
                 ListVersion::NotOlderThan("20".into())
             );
         }
+    }
+
+    /// A list (or restore) that handed pages on and then failed in any way,
+    /// a panic of the loop included (which reports a plain failure), lists
+    /// the most recent state next, never one older than its pages; one
+    /// that completes forgets them.
+    #[test]
+    fn r_12_any_failure_after_pages_lists_the_most_recent_state() {
+        let t = Instant::now();
+        let mut s = state();
+        s.pages_handed();
+        assert!(matches!(
+            s.list_failed(&Failure::Other, false, t, 0.0),
+            Next::ListAfter(_)
+        ));
+        assert_eq!(s.list_request().version, ListVersion::MostRecent);
+        s.pages_handed();
+        s.list_succeeded("20", false);
+        assert!(matches!(
+            s.list_failed(&Failure::Other, false, t, 0.0),
+            Next::ListAfter(_)
+        ));
+        assert_eq!(
+            s.list_request().version,
+            ListVersion::NotOlderThan("20".into())
+        );
+        // An expired continue token after pages still retries at once.
+        let mut s = state();
+        s.list_succeeded("10", false);
+        s.pages_handed();
+        assert_eq!(s.list_failed(&Failure::Expired, false, t, 0.0), Next::List);
+        assert_eq!(s.list_request().version, ListVersion::MostRecent);
+        // A restore that completed: its pages are the state at its RV.
+        let mut s = state();
+        s.pages_handed();
+        s.restored("30");
+        assert!(matches!(
+            s.list_failed(&Failure::Other, false, t, 0.0),
+            Next::ListAfter(_)
+        ));
+        assert_eq!(
+            s.list_request().version,
+            ListVersion::NotOlderThan("30".into())
+        );
     }
 
     #[test]

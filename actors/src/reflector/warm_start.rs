@@ -32,12 +32,39 @@ pub enum RestoredPage<K> {
     /// Its next objects, in order.
     Objects(Vec<Arc<K>>),
     /// The whole snapshot was read: the objects before are its state at
-    /// its resourceVersion.
-    Complete,
+    /// its resourceVersion. The [`Taken`] is answered once the sink took
+    /// every page: a reader that is not answered (the Reflector stopped or
+    /// restarted first) knows the cache may lack some of them.
+    Complete(Taken),
     /// It could not be read on (damaged after its first pages), with why:
     /// what was restored stays, like the pages of a list cut short, and the
     /// Reflector lists. So are pages that end without `Complete`.
     Damaged(String),
+}
+
+/// Answers a snapshot's reader that every page reached the sink.
+#[derive(Debug, Default)]
+pub struct Taken(Option<tokio::sync::oneshot::Sender<()>>);
+
+impl Taken {
+    /// A `Taken` and where its answer arrives (an error: not every page
+    /// was taken).
+    pub fn new() -> (Self, tokio::sync::oneshot::Receiver<()>) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        (Taken(Some(tx)), rx)
+    }
+
+    /// A `Taken` nobody waits for.
+    pub fn unheard() -> Self {
+        Taken(None)
+    }
+
+    /// Every page reached the sink.
+    pub(crate) fn answer(self) {
+        if let Some(tx) = self.0 {
+            let _ = tx.send(());
+        }
+    }
 }
 
 /// The pages of a [`Restored`] snapshot.
@@ -50,7 +77,7 @@ impl<K> Restored<K> {
         if !objects.is_empty() {
             let _ = tx.try_send(RestoredPage::Objects(objects));
         }
-        let _ = tx.try_send(RestoredPage::Complete);
+        let _ = tx.try_send(RestoredPage::Complete(Taken::unheard()));
         Restored {
             resource_version,
             pages,
@@ -119,6 +146,19 @@ impl WarmStartCell {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A `Taken` dropped unanswered (the Reflector stopped or restarted
+    /// before the sink took every page) tells its reader so.
+    #[test]
+    fn a_taken_dropped_unanswered_is_heard_as_not_taken() {
+        let (taken, mut answered) = Taken::new();
+        drop(taken);
+        assert!(answered.try_recv().is_err());
+        let (taken, mut answered) = Taken::new();
+        taken.answer();
+        assert_eq!(answered.try_recv(), Ok(()));
+        Taken::unheard().answer();
+    }
 
     #[test]
     fn the_path_reads_back_as_set() {
