@@ -24,6 +24,8 @@ fn now() -> Instant {
 
 /// A drain waiting to complete.
 struct Drain<K> {
+    /// Tells this drain's deadline from another's.
+    id: u64,
     reply: oneshot::Sender<DrainReport<K>>,
     deadline: SpawnHandle,
     dropped: Vec<K>,
@@ -37,6 +39,7 @@ pub struct WorkQueue<K> {
     /// The timer armed for the next ready time, and that time.
     timer: Option<(Instant, SpawnHandle)>,
     drains: Vec<Drain<K>>,
+    next_drain: u64,
 }
 
 impl<K: Clone + Eq + Hash + Unpin + 'static> WorkQueue<K> {
@@ -47,6 +50,7 @@ impl<K: Clone + Eq + Hash + Unpin + 'static> WorkQueue<K> {
             waiters: VecDeque::new(),
             timer: None,
             drains: Vec::new(),
+            next_drain: 0,
         }
     }
 
@@ -251,13 +255,18 @@ impl<K: Clone + Eq + Hash + Unpin + 'static> Handler<ShutDownWithDrain<K>> for W
     fn handle(&mut self, msg: ShutDownWithDrain<K>, ctx: &mut Context<Self>) -> Self::Result {
         let dropped = self.queue.shut_down_with_drain();
         let (reply, rx) = oneshot::channel();
-        let deadline = ctx.run_later(msg.timeout, |act, _| {
-            // The timeout passed: answer every drain as it stands.
-            for drain in std::mem::take(&mut act.drains) {
+        let id = self.next_drain;
+        self.next_drain += 1;
+        let deadline = ctx.run_later(msg.timeout, move |act, _| {
+            // This drain's timeout passed: it is answered as things stand;
+            // others keep their own deadlines.
+            if let Some(i) = act.drains.iter().position(|d| d.id == id) {
+                let drain = act.drains.remove(i);
                 let _ = drain.reply.send(act.report(drain.dropped));
             }
         });
         self.drains.push(Drain {
+            id,
             reply,
             deadline,
             dropped,
@@ -438,6 +447,33 @@ mod tests {
         tokio::time::advance(Duration::from_secs(5)).await;
         let report = drain.await.unwrap();
         assert_eq!((report.drained, report.processing), (false, vec!["foo"]));
+    }
+
+    /// Each drain keeps its own deadline: a short one passing answers only
+    /// itself, and the long one is still answered when the work is done.
+    #[actix::test]
+    async fn a_drain_deadline_answers_only_its_own_drain() {
+        tokio::time::pause();
+        let q = queue();
+        q.send(Add(vec![("foo", N)])).await.unwrap();
+        let foo = q.send(Next::new()).await.unwrap().unwrap();
+        let mut long = Box::pin(q.send(ShutDownWithDrain::new(Duration::from_secs(60))));
+        settle().await;
+        let short = q.send(ShutDownWithDrain::new(Duration::from_secs(1)));
+        settle().await;
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let report = short.await.unwrap();
+        assert_eq!((report.drained, report.processing), (false, vec!["foo"]));
+        settle().await;
+        assert!(futures::poll!(&mut long).is_pending(), "answered early");
+        q.send(Finish {
+            key: foo.key,
+            outcome: Outcome::Success,
+        })
+        .await
+        .unwrap();
+        let report = long.await.unwrap();
+        assert!(report.drained && report.processing.is_empty());
     }
 
     /// PQ-8: a close answers what is left and every waiting worker gets `None`.

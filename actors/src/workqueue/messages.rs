@@ -55,7 +55,13 @@ impl<K: 'static> Message for AddRateLimited<K> {
 /// A worker asks for the next key (WQ-3). Answered when one is ready, with
 /// the key now processing until its [`Finish`]; `None` once the queue is shut
 /// down and nothing is left to hand out. A worker that drops its request
-/// loses nothing: a key it can no longer take is queued again.
+/// before it is answered loses nothing: a key it can no longer take is
+/// queued again. Once answered, the key is the worker's until its
+/// [`Finish`]: a request dropped after its answer was sent but before it was
+/// read (a `send` that lost a race in a `select!`, or under a `timeout`)
+/// takes the key with it, which then stays processing until the queue is
+/// closed. Await `Next` to its end; stop workers by shutting the queue down
+/// (they are answered `None`).
 pub struct Next<K>(PhantomData<fn() -> K>);
 
 impl<K> Next<K> {
