@@ -571,10 +571,13 @@ async fn list(
         labels: query.labels.clone(),
         fields: query.fields.clone(),
     };
-    let start_after = query.continue_token.as_ref().map(|t| &t.start_after);
-    let page = state
-        .store
-        .list(res, &filter, exact, query.limit, start_after)?;
+    let page = state.store.list(
+        res,
+        &filter,
+        exact,
+        query.limit,
+        query.continue_token.as_ref(),
+    )?;
     if answering.representation == Representation::Table {
         return Ok(json_response(
             StatusCode::OK,
