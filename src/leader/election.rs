@@ -179,12 +179,23 @@ impl Election {
         let Some((op, sent)) = self.in_flight.take() else {
             return self.done(fx);
         };
-        self.check_deadlines(now, &mut fx);
+        // A write that landed is taken in before the deadlines are judged:
+        // a renew answered after the last one's deadline but within its own
+        // keeps leading without a step-down and a new lead in one step (no
+        // one else can have led: the write's resourceVersion precondition).
+        let answer = checked(answer);
+        let landed = matches!(
+            (op, &answer),
+            (Op::Create | Op::FastRenew | Op::Update, Answer::Lease(_))
+        ) && self.phase == Phase::Running;
+        if !landed {
+            self.check_deadlines(now, &mut fx);
+        }
         if self.phase == Phase::Finished {
             return self.done(fx);
         }
         let releasing = matches!(self.phase, Phase::Releasing { .. });
-        match (op, checked(answer)) {
+        match (op, answer) {
             (Op::Release, Answer::Lease(lease)) => {
                 self.observe(*lease, now, &mut fx);
                 self.finish(Finished::Released, &mut fx);
@@ -227,6 +238,10 @@ impl Election {
             }
             // A lost race (LE-3) or a failure: try again later.
             (_, Answer::Conflict | Answer::Failed(_)) => self.schedule_retry(now),
+        }
+        if landed {
+            // Past its own deadline too, the write does not keep us leading.
+            self.check_deadlines(now, &mut fx);
         }
         self.done(fx)
     }

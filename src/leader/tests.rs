@@ -506,6 +506,45 @@ fn le_7_a_leader_that_cannot_renew_steps_down_at_the_deadline_before_expiry() {
     sim.assert_one_leader_at_a_time();
 }
 
+/// A renew answered just as the previous one's deadline passes, before
+/// any tick judged it, but within its own: the write landed, so nobody
+/// else led meanwhile; leadership goes on without a step-down and a new
+/// lead in the same step.
+#[test]
+fn le_7_a_renew_answered_at_the_last_ones_deadline_keeps_leading_without_events() {
+    let mut server = Server::default();
+    let wall = Timestamp::from_second(1_800_000_000).unwrap();
+    let t0 = Instant::now();
+    let mut e = Election::new("a", "lock", timings(), 1, t0);
+    let mut fx = e.tick(t0, wall);
+    let mut now = t0;
+    // Until it leads: each request answered at once.
+    while let Some(request) = fx.request.take() {
+        let answer = server.handle(&request);
+        fx = e.answer(now, wall, answer);
+    }
+    assert!(e.is_leader());
+    // Its renew, sent a retry period later, is answered exactly at the
+    // deadline of the create.
+    now = t0 + RETRY;
+    let fx = e.tick(now, wall);
+    let renew = fx.request.expect("a renew");
+    assert!(matches!(renew, Request::Update(_)));
+    let answer = server.handle(&renew);
+    let fx = e.answer(t0 + RENEW, wall, answer);
+    assert!(fx.events.is_empty(), "{:?}", fx.events);
+    assert!(e.is_leader());
+    // Its own deadline still holds: unanswered renews after it step down.
+    let fx = e.tick(t0 + RETRY + RENEW, wall);
+    assert!(
+        fx.events
+            .iter()
+            .any(|ev| matches!(ev, LeaderEvent::SteppedDown { .. })),
+        "{:?}",
+        fx.events
+    );
+}
+
 #[test]
 fn le_7_a_renew_answered_after_its_deadline_does_not_lead() {
     let mut sim = Sim::new();
