@@ -11,7 +11,8 @@
 //! * CTL-3, CTL-4: a failed or panicking reconcile is retried until it
 //!   succeeds, and an [`Action::RequeueAfter`] comes back;
 //! * CTL-9: a deleted object's reconcile has its last known state while no
-//!   reconcile of the deletion succeeded yet;
+//!   reconcile of the deletion succeeded yet (or, when it started before
+//!   the feeder noted the delete, a later reconcile of the key has it);
 //! * CTL-5: a stop within its deadline cancels nothing (the namespaced
 //!   restart steps of the schedule stop the controller and start a new one);
 //! * its metrics count exactly the errors and panics the reconcile made.
@@ -78,6 +79,10 @@ struct Record {
     /// Keys a successful reconcile saw present, with no successful
     /// reconcile of their deletion since.
     present: HashSet<String>,
+    /// Keys whose deletion was reconciled without its last known state
+    /// (CTL-9's brief exception: the feeder had not noted the delete yet):
+    /// a later reconcile of the key must have it, or see the object.
+    owed_last_known: BTreeSet<String>,
     /// Key and state of the reconciles that asked for a requeue and have
     /// not been reconciled since.
     requeues_due: BTreeSet<String>,
@@ -135,10 +140,10 @@ async fn reconcile(
                 .push(format!("{key}: two reconciles at once (CTL-2)"));
         }
         r.most_running = r.most_running.max(r.running.len() as u64);
-        if seen.is_none() && req.last_known.is_none() && r.present.contains(&key) {
-            r.violations.push(format!(
-                "{key}: its deletion reconciled without its last known state (CTL-9)"
-            ));
+        if seen.is_some() || req.last_known.is_some() {
+            r.owed_last_known.remove(&key);
+        } else if r.present.contains(&key) {
+            r.owed_last_known.insert(key.clone());
         }
         r.requeues_due.remove(&key);
         match fate {
@@ -235,6 +240,7 @@ impl ControllerProbe {
         r.last.clear();
         r.present.clear();
         r.requeues_due.clear();
+        r.owed_last_known.clear();
         r.failed = 0;
         r.panicked = 0;
     }
@@ -267,6 +273,11 @@ impl ControllerProbe {
         }
         for key in &r.requeues_due {
             out.push(format!("{key}: asked for a requeue, not reconciled again"));
+        }
+        for key in &r.owed_last_known {
+            out.push(format!(
+                "{key}: its deletion was never reconciled with its last known state (CTL-9)"
+            ));
         }
         if !r.running.is_empty() {
             out.push(format!("reconciles still running: {:?}", r.running));

@@ -69,7 +69,9 @@
 //! * **CTL-8** Workers: 2 × the available cores by default, at least one,
 //!   never unlimited (kube#1473).
 //! * **CTL-9** A deleted object's reconcile gets `object: None` and its last
-//!   known state, kept until a reconcile of the deletion succeeds.
+//!   known state, kept until a reconcile of the deletion succeeds. (A
+//!   reconcile that starts between the cache's delete and the feeder's note
+//!   of it sees neither; the note queues the key again, with the state.)
 //! * **CTL-10** Warm standby: under an elector
 //!   ([`leader_elected`](Controller::leader_elected)) the controller has a
 //!   scope, the keys it may reconcile now (all while leading, none
@@ -316,7 +318,10 @@ impl<K: Object> Controller<K> {
     /// Shard an object by another key than its own, e.g. its controller
     /// owner's, so dependents land on their owner's replica: `map` answers
     /// the key to shard by (`None`: the object's own). Read from the cached
-    /// object, or a deleted one's last known state.
+    /// object, or a deleted one's last known state. Keep it stable for an
+    /// object's life: a change of it (a new owner) moves the key to another
+    /// replica without the hand-over of a shard move (SH-4), so the old
+    /// replica may still be reconciling it when the new one starts.
     pub fn shard_key(
         mut self,
         map: impl Fn(&K) -> Option<ObjectKey> + Send + Sync + 'static,

@@ -291,6 +291,9 @@ impl Shell {
         tokio::pin!(request);
         loop {
             tokio::select! {
+                // An answer ready with the deadline is taken first: a write
+                // that landed in time must not be judged late (as LE-7).
+                biased;
                 answer = &mut request => return Waited::Answered(answer.unwrap_or_else(|_| Timeout.into())),
                 mode = &mut *stop => return Waited::Stop(mode.unwrap_or(StopMode::Release)),
                 () = sleep_until(self.membership.deadline()) => self.publish(),
@@ -322,7 +325,27 @@ impl Shell {
                 }
             };
             match result {
+                // Without a resourceVersion the next replace would be
+                // unconditional: not a write to build on (as LE-3).
+                Ok(lease)
+                    if lease
+                        .metadata
+                        .resource_version
+                        .as_deref()
+                        .is_none_or(str::is_empty) =>
+                {
+                    tracing::warn!("the server answered the shard Lease without a resourceVersion");
+                    Written::Failed
+                }
                 Ok(lease) => Written::Stored(Box::new(lease)),
+                Err(kube::Error::Api(status))
+                    if status.code == 409 && matches!(write, Write::Create(_)) =>
+                {
+                    let (Write::Create(lease) | Write::Update(lease)) = &write;
+                    let name = lease.metadata.name.as_deref().unwrap_or_default();
+                    tracing::warn!(lease = %name, label = GROUP_LABEL, "creating the shard Lease found one of that name; if it lacks the group label this member is never listed and owns nothing");
+                    Written::Conflict
+                }
                 Err(kube::Error::Api(status)) if status.code == 409 => Written::Conflict,
                 Err(kube::Error::Api(status)) if status.code == 404 => Written::Missing,
                 Err(e) => {

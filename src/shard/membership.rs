@@ -272,12 +272,22 @@ impl Membership {
             Written::Conflict => {}
             // Not stored: the view is not uncertain, and our copy is void.
             Written::Missing => self.own = None,
+            // Past the renew deadline we own nothing until a write is
+            // stored, which settles every doubt: a view written then needs
+            // no keeping (and a long outage would pile them up).
+            Written::Failed if self.deadline().is_none_or(|d| now >= d) => {}
             Written::Failed => {
                 if !self.uncertain.contains(&view) {
                     self.uncertain.push(view);
                 }
             }
         }
+    }
+
+    /// How many views this member may have written without knowing it.
+    #[cfg(test)]
+    pub(super) fn uncertain_views(&self) -> usize {
+        self.uncertain.len()
     }
 
     /// When the renew deadline passes without a successful write since

@@ -99,6 +99,8 @@ struct Member {
     dead: bool,
     /// Its lists fail (its writes still go through).
     lists_fail: bool,
+    /// Its writes fail, unstored (a server refusing them).
+    writes_fail: bool,
 }
 
 impl Member {
@@ -110,6 +112,7 @@ impl Member {
             write: None,
             dead: false,
             lists_fail: false,
+            writes_fail: false,
         }
     }
 }
@@ -163,7 +166,9 @@ impl Sim {
             }
             Step::Write => {
                 if let Some(write) = member.write.take() {
-                    let answer = if lost {
+                    let answer = if member.writes_fail {
+                        Written::Failed
+                    } else if lost {
                         if store_lost {
                             self.server.write(&write);
                         }
@@ -557,4 +562,28 @@ fn sh_6_past_the_renew_deadline_nothing_is_ours_until_a_new_write_and_list() {
     assert!(sim.members[0].m.assignment(sim.now).is_nothing());
     sim.step(0);
     assert!(!sim.members[0].m.assignment(sim.now).is_nothing());
+}
+
+/// A member whose writes keep failing while the group changes keeps no
+/// growing list of the views it may have written: past its renew deadline
+/// it owns nothing, so views written then need no keeping.
+#[test]
+fn sh_6_failing_writes_keep_no_growing_list_of_views() {
+    let mut sim = Sim::new(&["a", "b"], 11);
+    sim.run_until_settled(Duration::from_secs(2));
+    sim.members[0].writes_fail = true;
+    for round in 0..40 {
+        // The group changes every round: each plan is a new view.
+        let id = format!("c{round}");
+        sim.members.push(Member::new(&id));
+        let last = sim.members.len() - 2;
+        if last >= 2 {
+            sim.members[last].dead = true;
+        }
+        sim.run(3);
+    }
+    let most = (TIMINGS.renew_deadline.as_millis() / TIMINGS.retry_period.as_millis()) as usize + 2;
+    let kept = sim.members[0].m.uncertain_views();
+    assert!(kept <= most, "{kept} views kept");
+    assert!(sim.members[0].m.assignment(sim.now).is_nothing());
 }
