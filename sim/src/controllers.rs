@@ -95,6 +95,8 @@ struct Record {
     panicked: u64,
     reconciles: u64,
     deleted_reconciles: u64,
+    /// Deletions reconciled before the feeder noted them (CTL-9's exception).
+    without_last_known: u64,
     most_running: u64,
     restarts: u64,
 }
@@ -143,6 +145,7 @@ async fn reconcile(
         if seen.is_some() || req.last_known.is_some() {
             r.owed_last_known.remove(&key);
         } else if r.present.contains(&key) {
+            r.without_last_known += 1;
             r.owed_last_known.insert(key.clone());
         }
         r.requeues_due.remove(&key);
@@ -348,6 +351,7 @@ impl Probe for ControllerProbe {
         let mut m = BTreeMap::new();
         m.insert("reconciles", r.reconciles);
         m.insert("reconciles_of_deletes", r.deleted_reconciles);
+        m.insert("deletes_before_their_note", r.without_last_known);
         m.insert("most_at_once", r.most_running);
         m.insert("controller_restarts", r.restarts);
         let counts = self.informer.as_ref().map_or(self.informer_counts, |i| {
