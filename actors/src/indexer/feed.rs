@@ -96,25 +96,29 @@ impl<K> SnapshotFeed<K> {
             changed.clear();
             return;
         }
-        let point = pending.get_or_insert_with(|| ConsistentPoint {
-            snapshot: snapshot.clone(),
-            resource_version: String::new(),
-            changed: HashSet::new(),
-            whole: false,
-        });
-        point.snapshot = snapshot;
-        point.resource_version = rv;
-        point.whole |= whole;
-        if point.changed.is_empty() && !point.whole {
-            std::mem::swap(&mut point.changed, changed);
-        } else if !point.whole {
-            point.changed.extend(changed.drain());
-        }
+        let point = match &mut *pending {
+            Some(point) => {
+                point.snapshot = snapshot;
+                point.resource_version = rv;
+                point.whole |= whole;
+                if point.whole {
+                    changed.clear();
+                } else {
+                    point.changed.extend(changed.drain());
+                }
+                point
+            }
+            None => pending.insert(ConsistentPoint {
+                snapshot,
+                resource_version: rv,
+                changed: std::mem::take(changed),
+                whole,
+            }),
+        };
         if point.whole || too_many(&point.changed, point.snapshot.len()) {
             point.whole = true;
             point.changed = HashSet::new();
         }
-        changed.clear();
         drop(pending);
         self.ready.notify_one();
     }
