@@ -127,9 +127,11 @@ impl History {
         self.compacted
     }
 
-    /// The oldest RV a client can still start from, as shown in "too old resource version: N (M)".
+    /// The oldest RV a client can still start from (events strictly after
+    /// it are all kept), as shown in "too old resource version: N (M)": the
+    /// real server prints the same, its watch cache's oldest event less one.
     pub fn oldest_available(&self) -> u64 {
-        self.compacted + 1
+        self.compacted
     }
 
     /// Number of retained events.
@@ -183,7 +185,8 @@ mod tests {
         let rvs: Vec<u64> = h.since(4).unwrap().map(|e| e.rv).collect();
         assert_eq!(rvs, vec![5]);
         assert_eq!(h.since(5).unwrap().count(), 0);
-        assert_eq!(h.since(1).err(), Some(TooOld { oldest: 3 }));
+        // The message names the lowest RV a watch may start from: 2.
+        assert_eq!(h.since(1).err(), Some(TooOld { oldest: 2 }));
     }
 
     #[test]
@@ -207,6 +210,7 @@ mod tests {
             h.push(ev(rv));
         }
         assert_eq!(h.len(), 100);
-        assert_eq!(h.oldest_available(), 99_901);
+        assert_eq!(h.oldest_available(), 99_900);
+        assert!(h.since(99_900).is_ok() && h.since(99_899).is_err());
     }
 }

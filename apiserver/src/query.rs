@@ -51,10 +51,12 @@ pub struct ContinueToken {
     /// Last key returned.
     pub start_after: ObjKey,
     /// Objects in the list's scope after `start_after` at `rv`, when the
-    /// page before counted them (no selector): the next page's
-    /// `remainingItemCount` is then this minus its items, where counting
-    /// the keys again cost O(objects) per page (3 ms at 100k objects).
-    pub remaining: Option<u64>,
+    /// page before counted them (no selector), with the scope they were
+    /// counted in ([`ContinueToken::scope`]): the next page of the same
+    /// scope's `remainingItemCount` is then this minus its items, where
+    /// counting the keys again cost O(objects) per page (3 ms at 100k
+    /// objects). Tokens are not bound to a scope, so another scope counts.
+    pub remaining: Option<(u64, String)>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -65,9 +67,18 @@ struct TokenWire {
     /// Ours; the real server's tokens have no such field (tokens are opaque).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     left: Option<u64>,
+    /// The scope `left` was counted in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    scope: Option<String>,
 }
 
 impl ContinueToken {
+    /// How a list's scope is named in a token: its resource's index in
+    /// this server and its namespace (empty: every namespace).
+    pub fn scope(resource: usize, namespace: Option<&str>) -> String {
+        format!("{resource}/{}", namespace.unwrap_or_default())
+    }
+
     /// Encode like the real server (base64 of a small JSON document).
     pub fn encode(&self) -> String {
         let wire = TokenWire {
@@ -77,7 +88,8 @@ impl ContinueToken {
                 "{}/{}\u{0}",
                 self.start_after.namespace, self.start_after.name
             ),
-            left: self.remaining,
+            left: self.remaining.as_ref().map(|(n, _)| *n),
+            scope: self.remaining.as_ref().map(|(_, s)| s.clone()),
         };
         let json = serde_json::to_vec(&wire).unwrap_or_default();
         URL_SAFE_NO_PAD.encode(json)
@@ -106,7 +118,7 @@ impl ContinueToken {
         Ok(ContinueToken {
             rv: wire.rv,
             start_after: ObjKey::new(ns, name),
-            remaining: wire.left,
+            remaining: wire.left.zip(wire.scope),
         })
     }
 }
@@ -174,12 +186,16 @@ impl Query {
         };
         let rv = match get("resourceVersion") {
             None | Some("") => RvParam::Unset,
-            Some("0") => RvParam::Any,
-            Some(s) => RvParam::At(s.parse().map_err(|_| {
-                ApiError::bad_request(format!(
-                    "resourceVersion: Invalid value: \"{s}\": invalid resource version"
-                ))
-            })?),
+            Some(s) => match s.parse::<u64>() {
+                // "0", "00"...: any version, as the real server parses them.
+                Ok(0) => RvParam::Any,
+                Ok(n) => RvParam::At(n),
+                Err(_) => {
+                    return Err(ApiError::bad_request(format!(
+                        "resourceVersion: Invalid value: \"{s}\": invalid resource version"
+                    )));
+                }
+            },
         };
         let rv_match = match get("resourceVersionMatch") {
             None | Some("") => None,
@@ -323,7 +339,7 @@ mod tests {
         let t = ContinueToken {
             rv: 42,
             start_after: ObjKey::new("ns", "cm-1"),
-            remaining: Some(7),
+            remaining: Some((7, ContinueToken::scope(3, Some("ns")))),
         };
         let enc = t.encode();
         assert_eq!(ContinueToken::decode(&enc).unwrap(), t);
@@ -365,6 +381,11 @@ mod tests {
         assert_eq!(q.list_at(), ListAt::Current { not_older_than: 5 });
         let q = Query::parse(Some("resourceVersion=0")).unwrap();
         assert_eq!(q.list_at(), ListAt::Current { not_older_than: 0 });
+        // Other spellings of zero are zero too (the real server parses them).
+        for zero in ["00", "000"] {
+            let q = Query::parse(Some(&format!("resourceVersion={zero}"))).unwrap();
+            assert_eq!(q.rv, RvParam::Any, "{zero}");
+        }
         assert_eq!(
             Query::parse(Some("resourceVersionMatch=Exact"))
                 .unwrap_err()

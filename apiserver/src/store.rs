@@ -511,8 +511,11 @@ impl Store {
                     // Else counted without reading the records (visiting each cost
                     // ~70 ns, a cache miss; counting keys still ~3 ms at 100k objects,
                     // once per list now rather than per page).
-                    remaining = match after.and_then(|t| t.remaining) {
-                        Some(left) => left.saturating_sub(items.len() as u64),
+                    let counted = after
+                        .and_then(|t| t.remaining.as_ref())
+                        .filter(|(_, scope)| *scope == ContinueToken::scope(res, ns));
+                    remaining = match counted {
+                        Some((left, _)) => left.saturating_sub(items.len() as u64),
                         None => {
                             let upper = match ns {
                                 Some(ns) => Bound::Excluded(ObjKey::new(&format!("{ns}\0"), "")),
@@ -534,7 +537,7 @@ impl Store {
                 ContinueToken {
                     rv: read_rv,
                     start_after: last.key.clone(),
-                    remaining: count_remaining.then_some(remaining),
+                    remaining: count_remaining.then(|| (remaining, ContinueToken::scope(res, ns))),
                 }
                 .encode()
             })
@@ -809,7 +812,11 @@ mod tests {
                 };
                 assert_eq!(page.remaining, Some(total - seen), "after {seen}");
                 let tok = ContinueToken::decode(token).unwrap();
-                assert_eq!(tok.remaining, page.remaining, "carried by the token");
+                assert_eq!(
+                    tok.remaining.as_ref().map(|(n, _)| *n),
+                    page.remaining,
+                    "carried by the token"
+                );
                 // A token without the count (another server's form) is counted.
                 let uncounted = ContinueToken {
                     remaining: None,
@@ -845,6 +852,20 @@ mod tests {
         // And a fresh list sees the changes.
         let now = s.list(res, &in_b, None, Some(7), None).unwrap();
         assert_eq!(now.remaining, Some(24));
+        // A token from a list of every namespace, used in one namespace:
+        // its count is another scope's, so this page counts its own.
+        let everything = s.list(res, &all(), None, Some(7), None).unwrap();
+        let tok = ContinueToken::decode(everything.continue_token.as_deref().unwrap()).unwrap();
+        assert_eq!(tok.start_after, ObjKey::new("a", "o06"));
+        let in_a = ObjectFilter {
+            namespace: Some("a".into()),
+            ..Default::default()
+        };
+        let page = s
+            .list(res, &in_a, Some(tok.rv), Some(7), Some(&tok))
+            .unwrap();
+        assert_eq!(page.items.len(), 7);
+        assert_eq!(page.remaining, Some(16));
     }
 
     #[test]

@@ -233,7 +233,7 @@ async fn old_resource_versions_get_410_after_a_restart_unless_the_history_is_kep
             assert_eq!(status["reason"], "Expired");
             assert_eq!(
                 status["message"],
-                format!("too old resource version: {old} ({})", old + 2)
+                format!("too old resource version: {old} ({})", old + 1)
             );
             // The current resourceVersion (what an informer holds after a quiet period)
             // still resumes.
