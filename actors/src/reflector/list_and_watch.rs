@@ -286,24 +286,19 @@ where
             self.stats.lists.fetch_add(1, Ordering::Relaxed);
             let skipped_before = self.stats.transform_panics.load(Ordering::Relaxed);
             let mut handed_over = None;
-            // A page of this list went to the sink (R-12 if it fails).
-            let mut handed = false;
             let outcome = if req.streaming {
-                self.streaming_list(&mut handed)
-                    .await
-                    .map(|listed| match listed {
-                        Some((items, rv, stream, handed_out)) => {
-                            handed_over = Some(stream);
-                            (items, rv, false, handed_out > 0, false)
-                        }
-                        None => (Vec::new(), String::new(), false, false, true),
-                    })
+                self.streaming_list().await.map(|listed| match listed {
+                    Some((items, rv, stream, handed_out)) => {
+                        handed_over = Some(stream);
+                        (items, rv, false, handed_out > 0, false)
+                    }
+                    None => (Vec::new(), String::new(), false, false, true),
+                })
             } else {
                 let stats = &self.stats;
                 let sharing = &self.sharing;
                 let sink = &self.sink;
                 let state = &self.state;
-                let handed = &mut handed;
                 // Shared page by page, and unchanged objects are the cached ones.
                 let cached = sharing.reusable();
                 // Each page but the last goes to the sink as soon as it is
@@ -321,7 +316,6 @@ where
                     |o| sharing.share_listed(o, cached.as_ref()),
                     async |page| {
                         let was_first = std::mem::replace(&mut first, false);
-                        *handed = true;
                         state.borrow_mut().pages_handed();
                         sink.list_page(page, was_first).await.is_ok()
                     },
@@ -372,9 +366,7 @@ where
                         Self::now(),
                         (self.jitter)(),
                     );
-                    if handed {
-                        self.state.borrow_mut().failed_after_pages();
-                    }
+                    // After pages, `list_failed` asked for the most recent state.
                     self.log_failure(&failure, &next);
                     match next {
                         Next::List => continue,
@@ -448,10 +440,7 @@ where
     /// initial-events-end bookmark is requested again at once (from `""` if
     /// it handed pages on, R-12),
     /// up to [`CUT_SHORT_RETRIES`] times in a row. `None`: the sink closed.
-    async fn streaming_list(
-        &mut self,
-        handed: &mut bool,
-    ) -> Result<Option<StreamedList<K>>, Failure> {
+    async fn streaming_list(&mut self) -> Result<Option<StreamedList<K>>, Failure> {
         let mut req = self
             .state
             .borrow_mut()
@@ -464,7 +453,6 @@ where
             let mut first = true;
             let sink = &self.sink;
             let state = &self.state;
-            let handed = &mut *handed;
             let initial = initial_events(
                 &mut self.source,
                 &req,
@@ -473,7 +461,6 @@ where
                 page,
                 async |objects| {
                     let was_first = std::mem::replace(&mut first, false);
-                    *handed = true;
                     state.borrow_mut().pages_handed();
                     sink.list_page(objects, was_first).await.is_ok()
                 },
@@ -489,7 +476,7 @@ where
                 Initial::CutShort if cut_short < CUT_SHORT_RETRIES => {
                     cut_short += 1;
                     // After pages, from "", never an older state.
-                    if *handed {
+                    if self.state.borrow().has_handed_pages() {
                         req.resource_version.clear();
                     }
                     tracing::info!(

@@ -298,6 +298,11 @@ impl ReflectorState {
         self.pages_handed = true;
     }
 
+    /// Whether the list (or restore) under way handed a page to the sink.
+    pub fn has_handed_pages(&self) -> bool {
+        self.pages_handed
+    }
+
     /// A list (or streaming list) succeeded with this resourceVersion.
     pub fn list_succeeded(&mut self, resource_version: &str, paginated: bool) {
         self.plain_list_once = false;
