@@ -558,6 +558,13 @@ mod tests {
         pages: Vec<usize>,
     }
 
+    impl Loaded {
+        /// The objects read back, in order.
+        fn values(&self) -> Vec<&str> {
+            self.objects.iter().map(|o| o.as_str()).collect()
+        }
+    }
+
     /// Opens and reads the whole snapshot.
     fn load(
         path: &Path,
@@ -794,14 +801,7 @@ mod tests {
         drop(db);
         let loaded = load(&path, &id, decode).unwrap().unwrap();
         assert_eq!(loaded.resource_version, "12");
-        assert_eq!(
-            loaded
-                .objects
-                .iter()
-                .map(|o| o.as_str())
-                .collect::<Vec<_>>(),
-            ["b"]
-        );
+        assert_eq!(loaded.values(), ["b"]);
         drop(loaded);
         let other = identity("app=x");
         assert!(matches!(
@@ -955,11 +955,7 @@ mod tests {
         let loaded = load(&path, &id, decode).unwrap().unwrap();
         assert_eq!(loaded.resource_version, "5");
         assert_eq!(
-            loaded
-                .objects
-                .iter()
-                .map(|o| o.as_str())
-                .collect::<Vec<_>>(),
+            loaded.values(),
             values.iter().map(String::as_str).collect::<Vec<_>>()
         );
     }
