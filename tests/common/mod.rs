@@ -502,6 +502,18 @@ pub async fn converges(server: &ServerHandle, log: &Arc<Mutex<Log>>, what: &str)
     .await;
 }
 
+/// Waits until `sub` counts every notification `log` recorded as delivered:
+/// a handler records an event before its answer reaches the listener, which
+/// is where `delivered` counts it.
+pub async fn counts_every_recorded_event<K: Object>(sub: &Subscription<K>, log: &Arc<Mutex<Log>>) {
+    eventually(
+        Duration::from_secs(30),
+        "delivered counts what was handled",
+        || sub.stats().delivered == log.lock().unwrap().events.len() as u64,
+    )
+    .await;
+}
+
 /// An outage the watch cannot see: watches stall while `delete` (if any) is
 /// deleted and `update` changed, then history is compacted and the watches
 /// closed, so resuming gets a 410 and the informer relists.
