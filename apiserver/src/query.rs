@@ -265,18 +265,27 @@ impl Query {
         Ok(q)
     }
 
+    /// The real server's `ValidateListOptions`: a watch and a list have
+    /// rules of their own (the first broken one answers, 422).
     fn validate(&self) -> Result<(), ApiError> {
-        let watch_list = self.watch && self.send_initial_events.is_some();
-        if self.rv_match.is_some() && self.rv == RvParam::Unset && !watch_list {
+        if self.watch {
+            self.validate_watch()?;
+        } else {
+            self.validate_list()?;
+        }
+        if self.continue_token.is_some() && matches!(self.rv, RvParam::At(_)) {
+            return Err(ApiError::bad_request(
+                "specifying resource version is not allowed when using continue",
+            ));
+        }
+        Ok(())
+    }
+
+    fn validate_list(&self) -> Result<(), ApiError> {
+        if self.rv_match.is_some() && self.rv == RvParam::Unset {
             return Err(list_options_invalid(
                 "resourceVersionMatch",
                 "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
-            ));
-        }
-        if self.rv_match == Some(RvMatch::Exact) && self.rv == RvParam::Any {
-            return Err(list_options_invalid(
-                "resourceVersionMatch",
-                "Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
             ));
         }
         if self.continue_token.is_some() && self.rv_match.is_some() {
@@ -285,30 +294,56 @@ impl Query {
                 "Forbidden: resourceVersionMatch is forbidden when continue is provided",
             ));
         }
-        if self.continue_token.is_some() && matches!(self.rv, RvParam::At(_)) {
-            return Err(ApiError::bad_request(
-                "specifying resource version is not allowed when using continue",
+        if self.rv_match == Some(RvMatch::Exact) && self.rv == RvParam::Any {
+            return Err(list_options_invalid(
+                "resourceVersionMatch",
+                "Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
             ));
         }
-        if let Some(true) = self.send_initial_events {
-            if !self.watch {
-                return Err(list_options_invalid(
-                    "sendInitialEvents",
-                    "Forbidden: sendInitialEvents is forbidden for list",
-                ));
-            }
-            if self.rv_match != Some(RvMatch::NotOlderThan) {
+        // Either value: the parameter belongs to watches.
+        if self.send_initial_events.is_some() {
+            return Err(list_options_invalid(
+                "sendInitialEvents",
+                "Forbidden: sendInitialEvents is forbidden for list",
+            ));
+        }
+        Ok(())
+    }
+
+    fn validate_watch(&self) -> Result<(), ApiError> {
+        // `sendInitialEvents=false` too: a watch list, only without its
+        // initial events.
+        if self.send_initial_events.is_some() && self.rv_match != Some(RvMatch::NotOlderThan) {
+            return Err(list_options_invalid(
+                "resourceVersionMatch",
+                "Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+            ));
+        }
+        if let Some(rv_match) = self.rv_match {
+            if self.send_initial_events.is_none() {
                 return Err(list_options_invalid(
                     "resourceVersionMatch",
-                    "Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                    "Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
                 ));
             }
-            if !self.allow_bookmarks {
+            if rv_match != RvMatch::NotOlderThan {
                 return Err(list_options_invalid(
-                    "allowWatchBookmarks",
-                    "Forbidden: sendInitialEvents requires setting allowWatchBookmarks to true",
+                    "resourceVersionMatch",
+                    "Unsupported value: \"Exact\": supported values: \"NotOlderThan\"",
                 ));
             }
+            if self.continue_token.is_some() {
+                return Err(list_options_invalid(
+                    "resourceVersionMatch",
+                    "Forbidden: resourceVersionMatch is forbidden when continue is provided",
+                ));
+            }
+        }
+        if self.send_initial_events == Some(true) && !self.allow_bookmarks {
+            return Err(list_options_invalid(
+                "allowWatchBookmarks",
+                "Forbidden: sendInitialEvents requires setting allowWatchBookmarks to true",
+            ));
         }
         Ok(())
     }
@@ -421,5 +456,53 @@ mod tests {
                 .code,
             400
         );
+    }
+
+    /// A watch's and a list's option rules, as the real server's
+    /// `ValidateListOptions` words them (the first broken rule answers).
+    #[test]
+    fn watch_and_list_options_are_validated_like_the_real_servers() {
+        let invalid = |q: &str| {
+            let e = Query::parse(Some(q)).expect_err(q);
+            assert_eq!(e.code, 422, "{q}");
+            e.message
+        };
+        let watch_list = "watch=1&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan";
+        for ok in [
+            format!("{watch_list}&sendInitialEvents=true"),
+            // Without initial events: a watch from a resourceVersion not older than N.
+            format!("{watch_list}&sendInitialEvents=false&resourceVersion=5"),
+            "watch=1&resourceVersion=5".to_owned(),
+            "watch=1".to_owned(),
+        ] {
+            Query::parse(Some(&ok)).expect(&ok);
+        }
+        assert!(
+            invalid("watch=1&allowWatchBookmarks=true&sendInitialEvents=false").ends_with(
+                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"
+            )
+        );
+        assert!(
+            invalid("watch=1&resourceVersion=5&resourceVersionMatch=NotOlderThan").ends_with(
+                "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"
+            )
+        );
+        assert!(
+            invalid("watch=1&resourceVersionMatch=Exact&sendInitialEvents=true").ends_with(
+                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"
+            )
+        );
+        assert!(
+            invalid("watch=1&resourceVersion=5&resourceVersionMatch=Exact").ends_with(
+                "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"
+            )
+        );
+        assert!(
+            invalid("watch=1&resourceVersionMatch=NotOlderThan&sendInitialEvents=true")
+                .ends_with("sendInitialEvents requires setting allowWatchBookmarks to true")
+        );
+        for list in ["sendInitialEvents=false", "sendInitialEvents=true"] {
+            assert!(invalid(list).ends_with("sendInitialEvents is forbidden for list"));
+        }
     }
 }
