@@ -105,7 +105,8 @@ impl<K: Object> Workers<K> {
             Ok(p) if *p == Phase::Running => {}
             _ => return,
         }
-        while let Ok(Some(ticket)) = self.queue().send(Next::new()).await {
+        while let Ok(Some(lease)) = self.queue().send(Next::new()).await {
+            let ticket = lease.into_ticket();
             let key = ticket.key.clone();
             let outcome = if self.owns(&key) {
                 self.reconcile_one(ticket).await

@@ -9,6 +9,7 @@ use std::hash::Hash;
 use std::time::Instant;
 
 use actix::dev::{MessageResponse, OneshotSender};
+use actix::WeakRecipient;
 use actix::prelude::*;
 use futures::channel::oneshot;
 
@@ -32,17 +33,17 @@ struct Drain<K> {
 }
 
 /// The workqueue actor (see the [module docs](super)).
-pub struct WorkQueue<K> {
+pub struct WorkQueue<K: Send + 'static> {
     queue: RateLimitingQueue<K>,
     /// Workers waiting for a key, oldest first; answered in order.
-    waiters: VecDeque<OneshotSender<Option<Ticket<K>>>>,
+    waiters: VecDeque<OneshotSender<Option<Lease<K>>>>,
     /// The timer armed for the next ready time, and that time.
     timer: Option<(Instant, SpawnHandle)>,
     drains: Vec<Drain<K>>,
     next_drain: u64,
 }
 
-impl<K: Clone + Eq + Hash + Unpin + 'static> WorkQueue<K> {
+impl<K: Clone + Eq + Hash + Unpin + Send + 'static> WorkQueue<K> {
     /// A queue named `name` whose failed keys wait as `limiter` says.
     pub fn new(name: impl Into<String>, limiter: Box<dyn RateLimiter<K>>) -> Self {
         WorkQueue {
@@ -59,12 +60,12 @@ impl<K: Clone + Eq + Hash + Unpin + 'static> WorkQueue<K> {
     fn settle(&mut self, ctx: &mut Context<Self>) {
         let now = now();
         self.queue.release_due(now);
-        self.serve(now);
+        self.serve(now, ctx);
         self.answer_drains(ctx);
         self.arm(ctx, now);
     }
 
-    fn serve(&mut self, now: Instant) {
+    fn serve(&mut self, now: Instant, ctx: &Context<Self>) {
         loop {
             while self.waiters.front().is_some_and(|w| w.is_closed()) {
                 self.waiters.pop_front();
@@ -74,7 +75,7 @@ impl<K: Clone + Eq + Hash + Unpin + 'static> WorkQueue<K> {
             };
             match self.queue.get(now) {
                 Get::Item(ticket) => {
-                    self.hand_out(waiter, ticket);
+                    self.hand_out(waiter, ticket, ctx.address().downgrade().recipient());
                 }
                 Get::Empty => {
                     self.waiters.push_front(waiter);
@@ -91,14 +92,21 @@ impl<K: Clone + Eq + Hash + Unpin + 'static> WorkQueue<K> {
         }
     }
 
-    /// Sends `ticket` to `waiter`; if the worker left between the check and
-    /// the send, the key goes back where it was (not an add, which a
-    /// shutting-down queue would ignore). Answers whether it was sent.
-    fn hand_out(&mut self, waiter: OneshotSender<Option<Ticket<K>>>, ticket: Ticket<K>) -> bool {
-        match waiter.send(Some(ticket)) {
+    /// Sends `ticket` to `waiter`, leased; if the worker left between the
+    /// check and the send, the key goes back where it was (not an add, which
+    /// a shutting-down queue would ignore). Answers whether it was sent.
+    fn hand_out(
+        &mut self,
+        waiter: OneshotSender<Option<Lease<K>>>,
+        ticket: Ticket<K>,
+        me: WeakRecipient<Release<K>>,
+    ) -> bool {
+        let lease = Lease::new(ticket, me);
+        match waiter.send(Some(lease)) {
             Ok(()) => true,
-            Err(ticket) => {
-                if let Some(ticket) = ticket {
+            Err(lease) => {
+                if let Some(lease) = lease {
+                    let ticket = lease.into_ticket();
                     self.queue.put_back(&ticket.key);
                 }
                 false
@@ -144,11 +152,11 @@ impl<K: Clone + Eq + Hash + Unpin + 'static> WorkQueue<K> {
     }
 }
 
-impl<K: Clone + Eq + Hash + Unpin + 'static> Actor for WorkQueue<K> {
+impl<K: Clone + Eq + Hash + Unpin + Send + 'static> Actor for WorkQueue<K> {
     type Context = Context<Self>;
 }
 
-impl<K: Clone + Eq + Hash + Unpin + 'static> Handler<Add<K>> for WorkQueue<K> {
+impl<K: Clone + Eq + Hash + Unpin + Send + 'static> Handler<Add<K>> for WorkQueue<K> {
     type Result = ();
 
     fn handle(&mut self, Add(keys): Add<K>, ctx: &mut Context<Self>) {
@@ -160,7 +168,7 @@ impl<K: Clone + Eq + Hash + Unpin + 'static> Handler<Add<K>> for WorkQueue<K> {
     }
 }
 
-impl<K: Clone + Eq + Hash + Unpin + 'static> Handler<AddAfter<K>> for WorkQueue<K> {
+impl<K: Clone + Eq + Hash + Unpin + Send + 'static> Handler<AddAfter<K>> for WorkQueue<K> {
     type Result = ();
 
     fn handle(&mut self, msg: AddAfter<K>, ctx: &mut Context<Self>) {
@@ -170,7 +178,7 @@ impl<K: Clone + Eq + Hash + Unpin + 'static> Handler<AddAfter<K>> for WorkQueue<
     }
 }
 
-impl<K: Clone + Eq + Hash + Unpin + 'static> Handler<AddRateLimited<K>> for WorkQueue<K> {
+impl<K: Clone + Eq + Hash + Unpin + Send + 'static> Handler<AddRateLimited<K>> for WorkQueue<K> {
     type Result = Option<std::time::Duration>;
 
     fn handle(&mut self, msg: AddRateLimited<K>, ctx: &mut Context<Self>) -> Self::Result {
@@ -184,8 +192,10 @@ impl<K: Clone + Eq + Hash + Unpin + 'static> Handler<AddRateLimited<K>> for Work
 /// right after this message), and is sent when a key is ready.
 pub struct Waiting;
 
-impl<K: Clone + Eq + Hash + Unpin + 'static> MessageResponse<WorkQueue<K>, Next<K>> for Waiting {
-    fn handle(self, ctx: &mut Context<WorkQueue<K>>, tx: Option<OneshotSender<Option<Ticket<K>>>>) {
+impl<K: Clone + Eq + Hash + Unpin + Send + 'static> MessageResponse<WorkQueue<K>, Next<K>>
+    for Waiting
+{
+    fn handle(self, ctx: &mut Context<WorkQueue<K>>, tx: Option<OneshotSender<Option<Lease<K>>>>) {
         // `do_send(Next)` has nobody to answer: no key is handed out for it.
         let Some(tx) = tx else { return };
         ctx.spawn(
@@ -197,7 +207,7 @@ impl<K: Clone + Eq + Hash + Unpin + 'static> MessageResponse<WorkQueue<K>, Next<
     }
 }
 
-impl<K: Clone + Eq + Hash + Unpin + 'static> Handler<Next<K>> for WorkQueue<K> {
+impl<K: Clone + Eq + Hash + Unpin + Send + 'static> Handler<Next<K>> for WorkQueue<K> {
     type Result = Waiting;
 
     fn handle(&mut self, _: Next<K>, _: &mut Context<Self>) -> Waiting {
@@ -205,7 +215,16 @@ impl<K: Clone + Eq + Hash + Unpin + 'static> Handler<Next<K>> for WorkQueue<K> {
     }
 }
 
-impl<K: Clone + Eq + Hash + Unpin + 'static> Handler<Finish<K>> for WorkQueue<K> {
+impl<K: Clone + Eq + Hash + Unpin + Send + 'static> Handler<Release<K>> for WorkQueue<K> {
+    type Result = ();
+
+    fn handle(&mut self, Release(key): Release<K>, ctx: &mut Context<Self>) {
+        self.queue.put_back(&key);
+        self.settle(ctx);
+    }
+}
+
+impl<K: Clone + Eq + Hash + Unpin + Send + 'static> Handler<Finish<K>> for WorkQueue<K> {
     type Result = bool;
 
     fn handle(&mut self, msg: Finish<K>, ctx: &mut Context<Self>) -> bool {
@@ -215,7 +234,7 @@ impl<K: Clone + Eq + Hash + Unpin + 'static> Handler<Finish<K>> for WorkQueue<K>
     }
 }
 
-impl<K: Clone + Eq + Hash + Unpin + 'static> Handler<Forget<K>> for WorkQueue<K> {
+impl<K: Clone + Eq + Hash + Unpin + Send + 'static> Handler<Forget<K>> for WorkQueue<K> {
     type Result = ();
 
     fn handle(&mut self, Forget(key): Forget<K>, _: &mut Context<Self>) {
@@ -223,7 +242,7 @@ impl<K: Clone + Eq + Hash + Unpin + 'static> Handler<Forget<K>> for WorkQueue<K>
     }
 }
 
-impl<K: Clone + Eq + Hash + Unpin + 'static> Handler<NumRequeues<K>> for WorkQueue<K> {
+impl<K: Clone + Eq + Hash + Unpin + Send + 'static> Handler<NumRequeues<K>> for WorkQueue<K> {
     type Result = u32;
 
     fn handle(&mut self, NumRequeues(key): NumRequeues<K>, _: &mut Context<Self>) -> u32 {
@@ -231,7 +250,7 @@ impl<K: Clone + Eq + Hash + Unpin + 'static> Handler<NumRequeues<K>> for WorkQue
     }
 }
 
-impl<K: Clone + Eq + Hash + Unpin + 'static> Handler<GetMetrics> for WorkQueue<K> {
+impl<K: Clone + Eq + Hash + Unpin + Send + 'static> Handler<GetMetrics> for WorkQueue<K> {
     type Result = MessageResult<GetMetrics>;
 
     fn handle(&mut self, _: GetMetrics, _: &mut Context<Self>) -> Self::Result {
@@ -239,7 +258,7 @@ impl<K: Clone + Eq + Hash + Unpin + 'static> Handler<GetMetrics> for WorkQueue<K
     }
 }
 
-impl<K: Clone + Eq + Hash + Unpin + 'static> Handler<ShutDown<K>> for WorkQueue<K> {
+impl<K: Clone + Eq + Hash + Unpin + Send + 'static> Handler<ShutDown<K>> for WorkQueue<K> {
     type Result = MessageResult<ShutDown<K>>;
 
     fn handle(&mut self, _: ShutDown<K>, ctx: &mut Context<Self>) -> Self::Result {
@@ -249,7 +268,7 @@ impl<K: Clone + Eq + Hash + Unpin + 'static> Handler<ShutDown<K>> for WorkQueue<
     }
 }
 
-impl<K: Clone + Eq + Hash + Unpin + 'static> Handler<ShutDownWithDrain<K>> for WorkQueue<K> {
+impl<K: Clone + Eq + Hash + Unpin + Send + 'static> Handler<ShutDownWithDrain<K>> for WorkQueue<K> {
     type Result = Answer<DrainReport<K>>;
 
     fn handle(&mut self, msg: ShutDownWithDrain<K>, ctx: &mut Context<Self>) -> Self::Result {
@@ -276,7 +295,7 @@ impl<K: Clone + Eq + Hash + Unpin + 'static> Handler<ShutDownWithDrain<K>> for W
     }
 }
 
-impl<K: Clone + Eq + Hash + Unpin + 'static> Handler<Close<K>> for WorkQueue<K> {
+impl<K: Clone + Eq + Hash + Unpin + Send + 'static> Handler<Close<K>> for WorkQueue<K> {
     type Result = MessageResult<Close<K>>;
 
     fn handle(&mut self, _: Close<K>, ctx: &mut Context<Self>) -> Self::Result {
@@ -315,7 +334,7 @@ mod tests {
             "nothing ready: it waits"
         );
         q.send(Add(vec![("a", N)])).await.unwrap();
-        let ticket = next.await.unwrap().unwrap();
+        let ticket = next.await.unwrap().unwrap().into_ticket();
         assert_eq!((ticket.key, ticket.requeues), ("a", 0));
         assert!(
             q.send(Finish {
@@ -332,7 +351,7 @@ mod tests {
         tokio::time::pause();
         let q = queue();
         q.send(Add(vec![("a", N)])).await.unwrap();
-        let t = q.send(Next::new()).await.unwrap().unwrap();
+        let t = q.send(Next::new()).await.unwrap().unwrap().into_ticket();
         q.send(Finish {
             key: t.key,
             outcome: Outcome::Failure,
@@ -345,7 +364,7 @@ mod tests {
         assert!(futures::poll!(&mut next).is_pending(), "backing off");
         tokio::time::advance(Duration::from_millis(1)).await;
         settle().await;
-        let t = next.await.unwrap().unwrap();
+        let t = next.await.unwrap().unwrap().into_ticket();
         assert_eq!((t.key, t.requeues), ("a", 1));
         assert_eq!(q.send(NumRequeues("a")).await.unwrap(), 1);
         let m = q.send(GetMetrics).await.unwrap();
@@ -362,14 +381,37 @@ mod tests {
         assert!(futures::poll!(&mut gone).is_pending());
         drop(gone);
         q.send(Add(vec![("a", N)])).await.unwrap();
-        let t = q.send(Next::new()).await.unwrap().unwrap();
+        let t = q.send(Next::new()).await.unwrap().unwrap().into_ticket();
         assert_eq!(t.key, "a");
+    }
+
+    /// PQ-9 for a request dropped after its answer was sent, unread (a
+    /// `select!` that took another branch): the unread lease puts the key
+    /// back, and the next worker gets it.
+    #[actix::test]
+    async fn a_request_dropped_after_its_answer_does_not_lose_the_key() {
+        let q = queue();
+        let answered = q.send(Next::new());
+        q.send(Add(vec![("a", N)])).await.unwrap();
+        settle().await;
+        let m = q.send(GetMetrics).await.unwrap();
+        assert_eq!(m.processing, 1, "handed out to the request");
+        drop(answered);
+        let t = tokio::time::timeout(Duration::from_secs(5), q.send(Next::new()))
+            .await
+            .expect("the key came back")
+            .unwrap()
+            .unwrap()
+            .into_ticket();
+        assert_eq!((t.key, t.requeues), ("a", 0));
+        let m = q.send(GetMetrics).await.unwrap();
+        assert_eq!((m.processing, m.adds), (1, 1), "put back, not added");
     }
 
     /// A worker gone between the check and the send, while the queue
     /// drains: its key is not lost but handed out next.
-    #[test]
-    fn a_ticket_that_reaches_no_worker_goes_back_during_a_drain() {
+    #[actix::test]
+    async fn a_ticket_that_reaches_no_worker_goes_back_during_a_drain() {
         let limiter = ItemExponential::new(Duration::from_millis(100), Duration::from_secs(10));
         let mut wq: WorkQueue<&'static str> = WorkQueue::new("hand-out", Box::new(limiter));
         let now = std::time::Instant::now();
@@ -381,7 +423,8 @@ mod tests {
         wq.queue.shut_down_with_drain();
         let (waiter, gone) = tokio::sync::oneshot::channel();
         drop(gone);
-        assert!(!wq.hand_out(waiter, ticket));
+        let me = queue().downgrade().recipient();
+        assert!(!wq.hand_out(waiter, ticket, me));
         assert!(!wq.queue.is_drained());
         let keys: Vec<_> = std::iter::from_fn(|| match wq.queue.get(now) {
             Get::Item(t) => Some(t.key),
@@ -397,8 +440,8 @@ mod tests {
     async fn drains_complete_are_released_or_time_out() {
         let q = queue();
         q.send(Add(vec![("foo", N), ("bar", N)])).await.unwrap();
-        let foo = q.send(Next::new()).await.unwrap().unwrap();
-        let bar = q.send(Next::new()).await.unwrap().unwrap();
+        let foo = q.send(Next::new()).await.unwrap().unwrap().into_ticket();
+        let bar = q.send(Next::new()).await.unwrap().unwrap().into_ticket();
         let mut drain = Box::pin(q.send(ShutDownWithDrain::new(Duration::from_secs(60))));
         settle().await;
         assert!(futures::poll!(&mut drain).is_pending());
@@ -429,7 +472,7 @@ mod tests {
 
         let q = queue();
         q.send(Add(vec![("foo", N)])).await.unwrap();
-        q.send(Next::new()).await.unwrap();
+        q.send(Next::new()).await.unwrap().unwrap().into_ticket();
         let drain = q.send(ShutDownWithDrain::new(Duration::from_secs(60)));
         let mut drain = Box::pin(drain);
         settle().await;
@@ -441,7 +484,7 @@ mod tests {
         tokio::time::pause();
         let q = queue();
         q.send(Add(vec![("foo", N)])).await.unwrap();
-        q.send(Next::new()).await.unwrap();
+        q.send(Next::new()).await.unwrap().unwrap().into_ticket();
         let drain = q.send(ShutDownWithDrain::new(Duration::from_secs(5)));
         settle().await;
         tokio::time::advance(Duration::from_secs(5)).await;
@@ -456,7 +499,7 @@ mod tests {
         tokio::time::pause();
         let q = queue();
         q.send(Add(vec![("foo", N)])).await.unwrap();
-        let foo = q.send(Next::new()).await.unwrap().unwrap();
+        let foo = q.send(Next::new()).await.unwrap().unwrap().into_ticket();
         let mut long = Box::pin(q.send(ShutDownWithDrain::new(Duration::from_secs(60))));
         settle().await;
         let short = q.send(ShutDownWithDrain::new(Duration::from_secs(1)));
@@ -488,7 +531,7 @@ mod tests {
         })
         .await
         .unwrap();
-        let a = q.send(Next::new()).await.unwrap().unwrap();
+        let a = q.send(Next::new()).await.unwrap().unwrap().into_ticket();
         let left = q.send(Close::new()).await.unwrap();
         assert_eq!((left.queued, left.waiting), (vec!["b"], vec!["c"]));
         assert_eq!(q.send(Next::new()).await.unwrap(), None);

@@ -8,7 +8,7 @@
 use std::marker::PhantomData;
 use std::time::Duration;
 
-use actix::Message;
+use actix::{Message, WeakRecipient};
 
 use super::metrics::QueueMetrics;
 use super::priority::Priority;
@@ -53,15 +53,12 @@ impl<K: 'static> Message for AddRateLimited<K> {
 }
 
 /// A worker asks for the next key (WQ-3). Answered when one is ready, with
-/// the key now processing until its [`Finish`]; `None` once the queue is shut
-/// down and nothing is left to hand out. A worker that drops its request
-/// before it is answered loses nothing: a key it can no longer take is
-/// queued again. Once answered, the key is the worker's until its
-/// [`Finish`]: a request dropped after its answer was sent but before it was
-/// read (a `send` that lost a race in a `select!`, or under a `timeout`)
-/// takes the key with it, which then stays processing until the queue is
-/// closed. Await `Next` to its end; stop workers by shutting the queue down
-/// (they are answered `None`).
+/// a [`Lease`] on it: the key is processing until its [`Finish`]; `None`
+/// once the queue is shut down and nothing is left to hand out. Cancel-safe:
+/// a request dropped before its answer loses nothing (the key goes to
+/// another worker), nor does one dropped after its answer was sent but
+/// before it was read (a `send` that lost a race in a `select!`, or under a
+/// `timeout`): the unread lease puts its key back (PQ-9).
 pub struct Next<K>(PhantomData<fn() -> K>);
 
 impl<K> Next<K> {
@@ -83,8 +80,64 @@ impl<K> std::fmt::Debug for Next<K> {
     }
 }
 
-impl<K: 'static> Message for Next<K> {
-    type Result = Option<Ticket<K>>;
+impl<K: Send + 'static> Message for Next<K> {
+    type Result = Option<Lease<K>>;
+}
+
+/// A key handed out by [`Next`], not yet taken by its worker. Take it with
+/// [`into_ticket`](Self::into_ticket) as soon as the answer is read; a lease
+/// dropped untaken (its request was dropped after the answer was sent) puts
+/// its key back in the queue, first of its lane (PQ-9), where it would
+/// otherwise stay processing with nobody to finish it.
+pub struct Lease<K: Send + 'static> {
+    /// `Some` until `into_ticket` takes it or the drop puts it back.
+    ticket: Option<Ticket<K>>,
+    queue: WeakRecipient<Release<K>>,
+}
+
+impl<K: Send + 'static> Lease<K> {
+    pub(super) fn new(ticket: Ticket<K>, queue: WeakRecipient<Release<K>>) -> Self {
+        Lease {
+            ticket: Some(ticket),
+            queue,
+        }
+    }
+
+    /// The key's ticket: the worker's now, until its [`Finish`].
+    pub fn into_ticket(mut self) -> Ticket<K> {
+        self.ticket
+            .take()
+            .expect("a lease holds its ticket until it is taken")
+    }
+}
+
+impl<K: Send + 'static> Drop for Lease<K> {
+    fn drop(&mut self) {
+        if let (Some(ticket), Some(queue)) = (self.ticket.take(), self.queue.upgrade()) {
+            queue.do_send(Release(ticket.key));
+        }
+    }
+}
+
+impl<K: Send + std::fmt::Debug + 'static> std::fmt::Debug for Lease<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Lease").field(&self.ticket).finish()
+    }
+}
+
+impl<K: Send + PartialEq + 'static> PartialEq for Lease<K> {
+    fn eq(&self, other: &Self) -> bool {
+        self.ticket == other.ticket
+    }
+}
+
+/// Sent by a [`Lease`] dropped before its worker took it: puts its key
+/// back (PQ-9). Not for workers: a key they took ends with [`Finish`].
+#[derive(Debug)]
+pub struct Release<K>(pub(super) K);
+
+impl<K: Send + 'static> Message for Release<K> {
+    type Result = ();
 }
 
 /// A worker finished a key it was handed: requeue it as `outcome` says, then

@@ -86,8 +86,8 @@ mod properties;
 pub use actor::WorkQueue;
 pub use delaying::DelayingQueue;
 pub use messages::{
-    Add, AddAfter, AddRateLimited, Close, DrainReport, Finish, Forget, GetMetrics, Next,
-    NumRequeues, ShutDown, ShutDownWithDrain,
+    Add, AddAfter, AddRateLimited, Close, DrainReport, Finish, Forget, GetMetrics, Lease, Next,
+    NumRequeues, Release, ShutDown, ShutDownWithDrain,
 };
 pub use metrics::{DURATION_BUCKETS, Histogram, QueueMetrics};
 pub use parallelize::parallelize_until;
