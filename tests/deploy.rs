@@ -971,6 +971,23 @@ fn kinformer_runs_in_cluster_with_its_service_account_and_only_the_cluster_roles
 
     // Every request was the account's, over TLS with its token, and allowed:
     // the ClusterRole is enough for `kinformer run`, and it asked for no more.
+    // Both informers' watches too: the server records a watch once its
+    // answer starts, which may follow the sync readiness waited for.
+    let watching = |path: &str| {
+        server
+            .requests()
+            .records()
+            .iter()
+            .any(|r| r.verb == "watch" && r.path.contains(path))
+    };
+    while !(watching("/configmaps") && watching("/deployments")) {
+        assert!(
+            Instant::now() < deadline,
+            "both watches not started within 30s\n{}",
+            logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let records = server.requests().records();
     assert!(!records.is_empty());
     let refused: Vec<_> = records.iter().filter(|r| r.status >= 400).collect();

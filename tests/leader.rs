@@ -91,6 +91,19 @@ impl Candidate {
         }
     }
 
+    /// Its last `BecameLeader` or `SteppedDown` event is a `BecameLeader`.
+    fn leads_by_its_events(&self) -> bool {
+        self.log
+            .iter()
+            .rev()
+            .find_map(|e| match e {
+                LeaderEvent::BecameLeader { .. } => Some(true),
+                LeaderEvent::SteppedDown { .. } => Some(false),
+                _ => None,
+            })
+            .unwrap_or(false)
+    }
+
     /// When this elector became leader, in order.
     fn became(&self) -> Vec<Instant> {
         self.log
@@ -129,11 +142,14 @@ fn three(server: &ServerHandle) -> Vec<Candidate> {
 
 /// The index of the one leader, once there is exactly one.
 async fn one_leader(candidates: &mut [Candidate], what: &str) -> usize {
+    // Its `BecameLeader` too: the elector publishes `is_leader` just
+    // before it sends the event.
     common::eventually(Duration::from_secs(5), what, || {
-        candidates.iter().filter(|c| c.is_leader()).count() == 1
+        candidates.iter_mut().for_each(Candidate::drain);
+        let mut leaders = candidates.iter().filter(|c| c.is_leader());
+        matches!((leaders.next(), leaders.next()), (Some(l), None) if l.leads_by_its_events())
     })
     .await;
-    candidates.iter_mut().for_each(Candidate::drain);
     candidates.iter().position(Candidate::is_leader).unwrap()
 }
 

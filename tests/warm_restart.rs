@@ -144,6 +144,16 @@ async fn restarted_as(
     (informer, log)
 }
 
+/// Waits until the Reflector records its restore: it does so once the
+/// DeltaFIFO answered the restore's end, which may be after a subscriber
+/// converged on the restored objects.
+async fn restore_counted(informer: &Informer<ConfigMap>) {
+    eventually(DEADLINE, "the restore recorded", || {
+        informer.stats().warm_start != WarmStart::Cold
+    })
+    .await;
+}
+
 /// Inside the history window: the restarted informer makes no list
 /// request, its subscriber gets the snapshot as `Restored` adds and then
 /// exactly the three changes made while it was down, as watch events.
@@ -384,6 +394,7 @@ async fn a_snapshot_damaged_partway_is_completed_by_a_list_and_written_whole() {
     informer.stop().await;
     let mark = server.requests().mark();
     let (informer, log) = restarted(&server, &dir).await;
+    restore_counted(&informer).await;
     let stats = informer.stats();
     assert_eq!(lists_since(&server, mark), 0, "resumed from the new file");
     assert_eq!(stats.restored_objects, OBJECTS as u64);
@@ -491,7 +502,7 @@ async fn a_snapshot_in_use_is_left_alone_not_discarded() {
     first.stop().await;
 
     let (third, log) = restarted(&server, &dir).await;
-    assert_ne!(third.stats().warm_start, WarmStart::Cold);
+    restore_counted(&third).await;
     assert!(count_cause(&log, Cause::Restored) > 0);
     third.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
@@ -512,7 +523,7 @@ async fn the_schema_tag_holds_in_either_order() {
         .unwrap();
     let log = subscribed(&informer).await;
     converges(&server, &log, "the restarted informer's view").await;
-    assert_ne!(informer.stats().warm_start, WarmStart::Cold);
+    restore_counted(&informer).await;
     assert_eq!(count_cause(&log, Cause::Restored), 4);
     informer.stop().await;
     let _ = std::fs::remove_dir_all(&dir);

@@ -413,6 +413,22 @@ impl InformerProbe {
             .iter()
             .map(|i| world.truth(&i.selection))
             .collect();
+        for (i, inf) in self.informers.iter().enumerate() {
+            // Re-checked until settled: the Indexer counts a subscriber lost
+            // a few steps after its subscription reads as gone.
+            let lost = self
+                .subs
+                .iter()
+                .filter(|s| s.informer == i && s.sub.as_ref().is_some_and(|x| x.is_gone()))
+                .count() as u64;
+            let counted = inf.informer.stats().subscribers_lost;
+            if counted < lost {
+                out.push(format!(
+                    "informer {}: {lost} subscribers gone, {counted} counted lost",
+                    inf.name
+                ));
+            }
+        }
         for (inf, truth) in self.informers.iter().zip(&truths) {
             if inf.stopped {
                 continue;
@@ -512,19 +528,7 @@ impl InformerProbe {
                 ));
             }
         }
-        for (i, inf) in self.informers.iter().enumerate() {
-            let lost = self
-                .subs
-                .iter()
-                .filter(|s| s.informer == i && s.sub.as_ref().is_some_and(|x| x.is_gone()))
-                .count() as u64;
-            let stats = inf.informer.stats();
-            if stats.subscribers_lost < lost {
-                out.push(format!(
-                    "informer {}: {lost} subscribers gone, {} counted lost",
-                    inf.name, stats.subscribers_lost
-                ));
-            }
+        for inf in &self.informers {
             if !inf.stopped {
                 let snapshot = inf.informer.store().snapshot();
                 let by_index: Vec<String> = match snapshot.index_keys("tier", "a") {

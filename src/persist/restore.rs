@@ -101,9 +101,11 @@ impl<K: Object> Restore<K> {
                     }
                     // Pages may have been handed on: the informer keeps
                     // them, lists, and the new file is written whole.
+                    // Counted before the informer hears of it: once it
+                    // lists, the discard is in the stats.
                     Err(e) => {
-                        let _ = pages.blocking_send(RestoredPage::Damaged(e.to_string()));
                         discard(&e);
+                        let _ = pages.blocking_send(RestoredPage::Damaged(e.to_string()));
                         drop(opened);
                         fresh().map(|db| (db, None, true))
                     }
@@ -126,8 +128,8 @@ impl<K: Object> Restore<K> {
                 Err(e)
             }
             Err(e) => {
-                let _ = head.send(None);
                 discard(&e);
+                let _ = head.send(None);
                 fresh().map(|db| (db, None, true))
             }
         };

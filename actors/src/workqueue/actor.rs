@@ -8,8 +8,8 @@ use std::collections::VecDeque;
 use std::hash::Hash;
 use std::time::Instant;
 
-use actix::dev::{MessageResponse, OneshotSender};
 use actix::WeakRecipient;
+use actix::dev::{MessageResponse, OneshotSender};
 use actix::prelude::*;
 use futures::channel::oneshot;
 
