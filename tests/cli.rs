@@ -126,7 +126,9 @@ fn run_persist_restores_and_resumes_on_the_next_run() {
         let out = run_to_end(
             kinformer()
                 .current_dir(env!("CARGO_MANIFEST_DIR"))
-                .args(["run", "--server", &server.url(), "--for", "2s", "--persist"])
+                // Long enough for the server to confirm the restore (the
+                // watch's first event) on a loaded machine.
+                .args(["run", "--server", &server.url(), "--for", "4s", "--persist"])
                 .arg(&dir),
             Duration::from_secs(40),
         );
