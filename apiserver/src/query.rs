@@ -459,7 +459,10 @@ mod tests {
     }
 
     /// A watch's and a list's option rules, as the real server's
-    /// `ValidateListOptions` words them (the first broken rule answers).
+    /// `ValidateListOptions` words them (here the first broken rule answers;
+    /// the real server lists them all). The allowWatchBookmarks rule is not
+    /// in `ValidateListOptions`: it is this server's answer to a watch list
+    /// it could not end with its bookmark.
     #[test]
     fn watch_and_list_options_are_validated_like_the_real_servers() {
         let invalid = |q: &str| {

@@ -41,6 +41,8 @@ pub struct WorkQueue<K: Send + 'static> {
     timer: Option<(Instant, SpawnHandle)>,
     drains: Vec<Drain<K>>,
     next_drain: u64,
+    /// Closed (PQ-8): nothing is handed out again, not even a key put back.
+    closed: bool,
 }
 
 impl<K: Clone + Eq + Hash + Unpin + Send + 'static> WorkQueue<K> {
@@ -52,6 +54,7 @@ impl<K: Clone + Eq + Hash + Unpin + Send + 'static> WorkQueue<K> {
             timer: None,
             drains: Vec::new(),
             next_drain: 0,
+            closed: false,
         }
     }
 
@@ -219,7 +222,13 @@ impl<K: Clone + Eq + Hash + Unpin + Send + 'static> Handler<Release<K>> for Work
     type Result = ();
 
     fn handle(&mut self, Release(key): Release<K>, ctx: &mut Context<Self>) {
-        self.queue.put_back(&key);
+        if self.closed {
+            // Its close answered what was left: a key no worker took is
+            // done, not handed out again.
+            self.queue.done(&key, now());
+        } else {
+            self.queue.put_back(&key);
+        }
         self.settle(ctx);
     }
 }
@@ -300,6 +309,7 @@ impl<K: Clone + Eq + Hash + Unpin + Send + 'static> Handler<Close<K>> for WorkQu
 
     fn handle(&mut self, _: Close<K>, ctx: &mut Context<Self>) -> Self::Result {
         let left: Leftovers<K> = self.queue.close();
+        self.closed = true;
         self.settle(ctx);
         MessageResult(left)
     }
@@ -406,6 +416,22 @@ mod tests {
         assert_eq!((t.key, t.requeues), ("a", 0));
         let m = q.send(GetMetrics).await.unwrap();
         assert_eq!((m.processing, m.adds), (1, 1), "put back, not added");
+    }
+
+    /// PQ-8 holds for a lease dropped unread after a close: the key is done,
+    /// not handed out again.
+    #[actix::test]
+    async fn a_lease_dropped_after_a_close_hands_nothing_out() {
+        let q = queue();
+        let answered = q.send(Next::new());
+        q.send(Add(vec![("a", N)])).await.unwrap();
+        settle().await;
+        let left = q.send(Close::new()).await.unwrap();
+        assert!(left.queued.is_empty() && left.waiting.is_empty());
+        drop(answered);
+        settle().await;
+        assert_eq!(q.send(Next::new()).await.unwrap(), None);
+        assert_eq!(q.send(GetMetrics).await.unwrap().processing, 0);
     }
 
     /// A worker gone between the check and the send, while the queue
