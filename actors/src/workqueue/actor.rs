@@ -4,19 +4,17 @@
 //!
 //! Time comes from tokio's clock, so tests can pause and advance it.
 
-use std::collections::VecDeque;
 use std::hash::Hash;
 use std::time::Instant;
 
-use actix::WeakRecipient;
 use actix::dev::{MessageResponse, OneshotSender};
 use actix::prelude::*;
 use futures::channel::oneshot;
 
 use super::messages::*;
-use super::queue::{Get, Ticket};
 use super::rate_limiter::RateLimiter;
 use super::rate_limiting::{Leftovers, RateLimitingQueue};
+use super::waiters::Waiters;
 use crate::answer::Answer;
 
 fn now() -> Instant {
@@ -35,8 +33,7 @@ struct Drain<K> {
 /// The workqueue actor (see the [module docs](super)).
 pub struct WorkQueue<K: Send + 'static> {
     queue: RateLimitingQueue<K>,
-    /// Workers waiting for a key, oldest first; answered in order.
-    waiters: VecDeque<OneshotSender<Option<Lease<K>>>>,
+    waiters: Waiters<K>,
     /// The timer armed for the next ready time, and that time.
     timer: Option<(Instant, SpawnHandle)>,
     drains: Vec<Drain<K>>,
@@ -50,7 +47,7 @@ impl<K: Clone + Eq + Hash + Unpin + Send + 'static> WorkQueue<K> {
     pub fn new(name: impl Into<String>, limiter: Box<dyn RateLimiter<K>>) -> Self {
         WorkQueue {
             queue: RateLimitingQueue::new(name, limiter),
-            waiters: VecDeque::new(),
+            waiters: Waiters::new(),
             timer: None,
             drains: Vec::new(),
             next_drain: 0,
@@ -63,58 +60,11 @@ impl<K: Clone + Eq + Hash + Unpin + Send + 'static> WorkQueue<K> {
     fn settle(&mut self, ctx: &mut Context<Self>) {
         let now = now();
         self.queue.release_due(now);
-        self.serve(now, ctx);
+        self.waiters.serve(&mut self.queue, now, || {
+            ctx.address().downgrade().recipient()
+        });
         self.answer_drains(ctx);
         self.arm(ctx, now);
-    }
-
-    fn serve(&mut self, now: Instant, ctx: &Context<Self>) {
-        loop {
-            while self.waiters.front().is_some_and(|w| w.is_closed()) {
-                self.waiters.pop_front();
-            }
-            let Some(waiter) = self.waiters.pop_front() else {
-                return;
-            };
-            match self.queue.get(now) {
-                Get::Item(ticket) => {
-                    self.hand_out(waiter, ticket, ctx.address().downgrade().recipient());
-                }
-                Get::Empty => {
-                    self.waiters.push_front(waiter);
-                    return;
-                }
-                Get::ShutDown => {
-                    let _ = waiter.send(None);
-                    for waiter in self.waiters.drain(..) {
-                        let _ = waiter.send(None);
-                    }
-                    return;
-                }
-            }
-        }
-    }
-
-    /// Sends `ticket` to `waiter`, leased; if the worker left between the
-    /// check and the send, the key goes back where it was (not an add, which
-    /// a shutting-down queue would ignore). Answers whether it was sent.
-    fn hand_out(
-        &mut self,
-        waiter: OneshotSender<Option<Lease<K>>>,
-        ticket: Ticket<K>,
-        me: WeakRecipient<Release<K>>,
-    ) -> bool {
-        let lease = Lease::new(ticket, me);
-        match waiter.send(Some(lease)) {
-            Ok(()) => true,
-            Err(lease) => {
-                if let Some(lease) = lease {
-                    let ticket = lease.into_ticket();
-                    self.queue.put_back(&ticket.key);
-                }
-                false
-            }
-        }
     }
 
     fn answer_drains(&mut self, ctx: &mut Context<Self>) {
@@ -203,7 +153,7 @@ impl<K: Clone + Eq + Hash + Unpin + Send + 'static> MessageResponse<WorkQueue<K>
         let Some(tx) = tx else { return };
         ctx.spawn(
             actix::fut::ready(()).map(move |(), act: &mut WorkQueue<K>, ctx| {
-                act.waiters.push_back(tx);
+                act.waiters.push(tx);
                 act.settle(ctx);
             }),
         );
@@ -318,6 +268,7 @@ impl<K: Clone + Eq + Hash + Unpin + Send + 'static> Handler<Close<K>> for WorkQu
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::workqueue::queue::Get;
     use crate::workqueue::{ItemExponential, Outcome, Priority};
     use std::time::Duration;
 
@@ -450,7 +401,7 @@ mod tests {
         let (waiter, gone) = tokio::sync::oneshot::channel();
         drop(gone);
         let me = queue().downgrade().recipient();
-        assert!(!wq.hand_out(waiter, ticket, me));
+        assert!(!Waiters::hand_out(&mut wq.queue, waiter, ticket, me));
         assert!(!wq.queue.is_drained());
         let keys: Vec<_> = std::iter::from_fn(|| match wq.queue.get(now) {
             Get::Item(t) => Some(t.key),

@@ -79,6 +79,7 @@ pub mod priority;
 pub mod queue;
 pub mod rate_limiter;
 pub mod rate_limiting;
+mod waiters;
 
 #[cfg(test)]
 mod properties;
