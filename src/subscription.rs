@@ -325,6 +325,7 @@ impl<K: Object> Subscription<K> {
     /// The Indexer and the resync timer forget this subscriber.
     fn forget(&self) {
         self.ended.store(true, Ordering::SeqCst);
+        self.stats.unsubscribed.store(true, Ordering::SeqCst);
         self.indexer.do_send(Unsubscribe(self.id));
         self.resync.do_send(CancelResync(self.id));
     }

@@ -1079,3 +1079,52 @@ async fn a_relist_keeps_the_cached_arc_of_every_unchanged_object<K: Cached>(kind
     }
     assert_eq!(reused, 199);
 }
+
+/// Leaving is not losing: subscribers that unsubscribe (waiting, or at once
+/// with `cancel`) while deliveries to them are in flight are never counted
+/// lost, whatever the order in which the Indexer learns of it.
+async fn unsubscribing_with_deliveries_in_flight_loses_no_subscriber(kind: Kind) {
+    let server = server(10_000);
+    server.seed_configmaps("default", 20).unwrap();
+    let informer = kind.start(informer(&server));
+    let mut subs = Vec::new();
+    for _ in 0..16 {
+        let (sub, _log) = kind
+            .subscribe(&informer, SubscribeOptions::default().capacity(8), None)
+            .await;
+        subs.push(sub);
+    }
+    let (_stays, log) = kind
+        .subscribe(&informer, SubscribeOptions::default(), None)
+        .await;
+    for sub in &subs {
+        sub.wait_for_sync(SYNC).await.unwrap();
+    }
+    for (i, sub) in subs.into_iter().enumerate() {
+        // Events on their way to every subscriber as each one leaves.
+        for j in 0..5 {
+            create(&server, &format!("in-flight-{i}-{j}"), "1");
+        }
+        if i % 2 == 0 {
+            sub.cancel();
+        } else {
+            sub.unsubscribe().await;
+        }
+    }
+    converges(&server, &log, "the remaining subscriber converges").await;
+    eventually(SETTLE, "only the remaining subscriber is left", || {
+        informer.stats().subscribers == 1
+    })
+    .await;
+    assert_eq!(informer.stats().subscribers_lost, 0, "{kind:?}");
+}
+
+#[actix::test]
+async fn unsubscribing_actors_with_deliveries_in_flight_are_not_lost() {
+    unsubscribing_with_deliveries_in_flight_loses_no_subscriber(Kind::Actor).await;
+}
+
+#[actix::test]
+async fn unsubscribing_closures_with_deliveries_in_flight_are_not_lost() {
+    unsubscribing_with_deliveries_in_flight_loses_no_subscriber(Kind::Closure).await;
+}

@@ -260,7 +260,8 @@ impl<K: Resource + Send + Sync + 'static> Handler<Subscribe<K>> for Indexer<K> {
         if self.upstream_synced {
             msg.listener.do_send(CacheSynced);
         }
-        self.listeners.insert(msg.id, msg.listener, msg.credit);
+        self.listeners
+            .insert(msg.id, msg.listener, msg.credit, msg.stats);
     }
 }
 
@@ -305,7 +306,7 @@ mod tests {
     use crate::indexer::distribution::CHUNK;
     use crate::indexer::sweeps::SWEEP_SLOT_MAX;
     use crate::key::ObjectKey;
-    use crate::listener::{Listener, ListenerOptions, ListenerStats, OverflowPolicy};
+    use crate::listener::{Listener, ListenerOptions, ListenerStats, OverflowPolicy, StopListener};
     use k8s_openapi::api::core::v1::ConfigMap;
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -397,6 +398,55 @@ mod tests {
             assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
+    }
+
+    /// An unsubscribe whose listener stopped before this actor read the
+    /// `Unsubscribe` (it sat behind a batch that then found the listener
+    /// gone) is no loss; a listener that stops on its own is one.
+    #[actix::test]
+    async fn a_listener_unsubscribed_behind_a_batch_is_not_counted_lost() {
+        let stats = Arc::new(IndexerStats::default());
+        let indexer = Indexer::new(Cache::new(), stats.clone()).start();
+        let (left, _) = listener(16, watch::channel(true).1);
+        let (dropped, _) = listener(16, watch::channel(true).1);
+        let (left_stats, left_addr) = (Arc::clone(&left.stats), left.start());
+        let dropped_addr = dropped.start();
+        for (id, addr, listener_stats) in [
+            (1, left_addr.clone(), left_stats.clone()),
+            (2, dropped_addr.clone(), Arc::new(ListenerStats::default())),
+        ] {
+            let credit = crate::listener::DeliveryCredit::new(16);
+            let subscribe = Subscribe {
+                id: SubscriberId(id),
+                listener: addr,
+                credit,
+                stats: listener_stats,
+            };
+            indexer.send(subscribe).await.unwrap();
+        }
+        // What a `Subscription` does to unsubscribe, with the listener
+        // stopped first and a batch ahead of the `Unsubscribe`.
+        left_stats.unsubscribed.store(true, Ordering::SeqCst);
+        left_addr.send(StopListener).await.unwrap();
+        dropped_addr.send(StopListener).await.unwrap();
+        until("both listeners stopped", || {
+            !left_addr.connected() && !dropped_addr.connected()
+        })
+        .await;
+        let mut queue = DeltaQueue::new(DeltaQueueOptions::default());
+        queue.add(cm("o"), &()).unwrap();
+        let processed = indexer.send(Process::new(queue.pop_batch(1)));
+        indexer.do_send(Unsubscribe(SubscriberId(1)));
+        processed.await.unwrap();
+        until("both listeners removed", || {
+            stats.listeners.load(Ordering::SeqCst) == 0
+        })
+        .await;
+        assert_eq!(
+            stats.listeners_lost.load(Ordering::SeqCst),
+            1,
+            "only the listener that stopped on its own"
+        );
     }
 
     /// Regression: a sweep read the cache while a batch of more than one

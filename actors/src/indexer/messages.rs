@@ -8,7 +8,7 @@ use actix::prelude::*;
 
 use crate::delta::Popped;
 use crate::event::Cause;
-use crate::listener::{DeliveryCredit, Listener};
+use crate::listener::{DeliveryCredit, Listener, ListenerStats};
 use crate::subscriber::SubscriberId;
 
 /// A batch of popped deltas. Answered once the listeners accepted its events.
@@ -63,14 +63,18 @@ pub struct Subscribe<K: Send + Sync + 'static> {
     pub listener: Addr<Listener<K>>,
     /// Its credit ([`Listener::credit`]).
     pub credit: Arc<DeliveryCredit>,
+    /// Its counters: whether it was unsubscribed.
+    pub stats: Arc<ListenerStats>,
 }
 
 impl<K: Send + Sync + 'static> Subscribe<K> {
     /// Starts `listener` (on the current arbiter) and subscribes it as `id`.
     pub fn start(id: SubscriberId, listener: Listener<K>) -> Self {
         let credit = listener.credit();
+        let stats = Arc::clone(&listener.stats);
         Subscribe {
             id,
+            stats,
             listener: listener.start(),
             credit,
         }

@@ -13,7 +13,7 @@ use actix::prelude::*;
 
 use super::distribution::Delivery;
 use super::stats::IndexerStats;
-use crate::listener::{CreditLine, Deliver, DeliveryCredit, Listener};
+use crate::listener::{CreditLine, Deliver, DeliveryCredit, Listener, ListenerStats};
 use crate::subscriber::SubscriberId;
 
 /// A delivery sent answered.
@@ -23,6 +23,8 @@ pub(super) type Answered<K> = (SubscriberId, Addr<Listener<K>>, Deliver<K>);
 struct Outlet<K: Send + Sync + 'static> {
     addr: Addr<Listener<K>>,
     credit: CreditLine,
+    /// Tells an unsubscribed listener's end from a lost one.
+    stats: Arc<ListenerStats>,
 }
 
 /// The subscribed listeners.
@@ -45,16 +47,26 @@ impl<K: Send + Sync + 'static> Outlets<K> {
         id: SubscriberId,
         addr: Addr<Listener<K>>,
         credit: Arc<DeliveryCredit>,
+        stats: Arc<ListenerStats>,
     ) {
         let credit = CreditLine::new(credit);
-        self.outlets.insert(id, Outlet { addr, credit });
+        self.outlets.insert(
+            id,
+            Outlet {
+                addr,
+                credit,
+                stats,
+            },
+        );
         self.count();
     }
 
     /// Forgets `id`'s listener; `lost`: its subscriber is gone (counted),
-    /// not unsubscribed.
+    /// unless its owner unsubscribed it meanwhile (the listener may stop
+    /// before this actor reads the `Unsubscribe` behind a batch).
     pub(super) fn remove(&mut self, id: SubscriberId, lost: bool) {
-        if self.outlets.remove(&id).is_some() && lost {
+        let removed = self.outlets.remove(&id);
+        if lost && removed.is_some_and(|o| !o.stats.unsubscribed.load(Ordering::SeqCst)) {
             tracing::warn!(subscriber = %id, "listener is gone; removed");
             self.stats.listeners_lost.fetch_add(1, Ordering::Relaxed);
         }

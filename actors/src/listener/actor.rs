@@ -41,7 +41,8 @@ pub struct Listener<K: Send + Sync + 'static> {
     synced: SyncedChannel,
     /// What the Indexer may send without waiting for an answer.
     credit: Arc<DeliveryCredit>,
-    stats: Arc<ListenerStats>,
+    /// Shared with the subscription and the Indexer.
+    pub(crate) stats: Arc<ListenerStats>,
     span: tracing::Span,
 }
 

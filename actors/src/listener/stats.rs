@@ -25,6 +25,10 @@ pub struct ListenerStats {
     pub coalesced: AtomicU64,
     /// The subscriber's actor stopped; the listener removed itself.
     pub gone: AtomicBool,
+    /// Its owner ended the subscription (set before the Indexer and the
+    /// listener are told): the listener's end is no loss, whichever of them
+    /// notices it first.
+    pub unsubscribed: AtomicBool,
     /// Turns of an inline handler that took [`SLOW_INLINE_TURN`](super::options::SLOW_INLINE_TURN)
     /// or longer, holding every actor of their thread back.
     pub slow_inline_turns: AtomicU64,
