@@ -160,6 +160,15 @@ fn parse_bool(name: &str, v: &str) -> Result<bool, ApiError> {
     }
 }
 
+/// The cause's reason, as the real server's field errors have it.
+fn cause_reason(detail: &str) -> &'static str {
+    if detail.starts_with("Unsupported value") {
+        "FieldValueNotSupported"
+    } else {
+        "FieldValueForbidden"
+    }
+}
+
 fn list_options_invalid(field: &str, detail: &str) -> ApiError {
     ApiError::new(
         Reason::Invalid,
@@ -168,7 +177,7 @@ fn list_options_invalid(field: &str, detail: &str) -> ApiError {
     .with_details(json!({
         "group": "meta.k8s.io",
         "kind": "ListOptions",
-        "causes": [{"reason": "FieldValueForbidden", "message": detail, "field": field}],
+        "causes": [{"reason": cause_reason(detail), "message": detail, "field": field}],
     }))
 }
 
@@ -499,6 +508,20 @@ mod tests {
             invalid("watch=1&resourceVersion=5&resourceVersionMatch=Exact").ends_with(
                 "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"
             )
+        );
+        let cause = |q: &str| {
+            let e = Query::parse(Some(q)).expect_err(q);
+            e.details.unwrap()["causes"][0]["reason"].clone()
+        };
+        assert_eq!(
+            cause(
+                "watch=1&resourceVersionMatch=Exact&sendInitialEvents=true&allowWatchBookmarks=true"
+            ),
+            "FieldValueForbidden"
+        );
+        assert_eq!(
+            cause("resourceVersion=5&resourceVersionMatch=Newest"),
+            "FieldValueNotSupported"
         );
         assert!(
             invalid("watch=1&resourceVersionMatch=NotOlderThan&sendInitialEvents=true")
