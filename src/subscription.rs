@@ -1,7 +1,7 @@
 //! Subscribing an actor to an informer.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use actix::prelude::*;
@@ -132,10 +132,10 @@ pub struct Subscription<K: Object> {
     /// The period in force, in nanoseconds, shared by the clones.
     resync_period: Arc<AtomicU64>,
     synced: watch::Receiver<bool>,
+    /// Shared by the clones; its `unsubscribed` is set by an unsubscribe
+    /// through any of them.
     stats: Arc<ListenerStats>,
     informer: Arc<dyn InformerLink>,
-    /// Set by an unsubscribe through any clone: the subscription ended.
-    ended: Arc<AtomicBool>,
 }
 
 /// A snapshot of one subscription's counters ([`Subscription::stats`]),
@@ -174,7 +174,6 @@ impl<K: Object> Clone for Subscription<K> {
             synced: self.synced.clone(),
             stats: self.stats.clone(),
             informer: self.informer.clone(),
-            ended: self.ended.clone(),
         }
     }
 }
@@ -216,7 +215,6 @@ impl<K: Object> Subscription<K> {
             synced,
             stats,
             informer,
-            ended: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -239,7 +237,7 @@ impl<K: Object> Subscription<K> {
     /// subscription was ended (through any clone), `Stopped` when the
     /// informer did.
     pub async fn set_resync_period(&mut self, period: Duration) -> Result<Duration, InformerError> {
-        if self.is_gone() || self.ended.load(Ordering::SeqCst) {
+        if self.is_gone() || self.stats.unsubscribed.load(Ordering::SeqCst) {
             return Err(InformerError::SubscriberGone);
         }
         let period = self
@@ -324,7 +322,6 @@ impl<K: Object> Subscription<K> {
 
     /// The Indexer and the resync timer forget this subscriber.
     fn forget(&self) {
-        self.ended.store(true, Ordering::SeqCst);
         self.stats.unsubscribed.store(true, Ordering::SeqCst);
         self.indexer.do_send(Unsubscribe(self.id));
         self.resync.do_send(CancelResync(self.id));
