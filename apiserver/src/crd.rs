@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::names::{valid_dns_label, valid_object_name};
 use crate::resource::{ResourceType, ScalePaths, ScaleSelector, StatusRule, version_priority};
-use crate::status::{ApiError, Reason};
+use crate::status::{ApiError, Reason, invalid_with_causes};
 
 /// The CRD API group.
 pub const CRD_GROUP: &str = "apiextensions.k8s.io";
@@ -46,41 +46,6 @@ impl Causes {
             &self.causes,
         )
     }
-}
-
-/// A 422 with every cause, worded like the real server (`X "n" is invalid: [a, b]`).
-pub fn invalid_with_causes(
-    qualified_kind: &str,
-    kind: &str,
-    group: Option<&str>,
-    name: &str,
-    causes: &[(String, &'static str, String)],
-) -> Result<(), ApiError> {
-    if causes.is_empty() {
-        return Ok(());
-    }
-    let parts: Vec<String> = causes
-        .iter()
-        .map(|(field, _, detail)| format!("{field}: {detail}"))
-        .collect();
-    let joined = if parts.len() == 1 {
-        parts[0].clone()
-    } else {
-        format!("[{}]", parts.join(", "))
-    };
-    let mut details = json!({
-        "name": name,
-        "kind": kind,
-        "causes": causes.iter().map(|(field, reason, detail)| json!({"reason": reason, "message": detail, "field": field})).collect::<Vec<_>>(),
-    });
-    if let (Some(g), Some(o)) = (group, details.as_object_mut()) {
-        o.insert("group".into(), json!(g));
-    }
-    Err(ApiError::new(
-        Reason::Invalid,
-        format!("{qualified_kind} \"{name}\" is invalid: {joined}"),
-    )
-    .with_details(details))
 }
 
 fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {

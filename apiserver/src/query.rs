@@ -5,11 +5,10 @@ use std::collections::HashMap;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
 use crate::object::ObjKey;
 use crate::selector::{FieldSelector, LabelSelector};
-use crate::status::{ApiError, Reason};
+use crate::status::{ApiError, invalid_with_causes};
 
 /// The `resourceVersion` parameter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,16 +168,24 @@ fn cause_reason(detail: &str) -> &'static str {
     }
 }
 
-fn list_options_invalid(field: &str, detail: &str) -> ApiError {
-    ApiError::new(
-        Reason::Invalid,
-        format!("ListOptions.meta.k8s.io \"\" is invalid: {field}: {detail}"),
-    )
-    .with_details(json!({
-        "group": "meta.k8s.io",
-        "kind": "ListOptions",
-        "causes": [{"reason": cause_reason(detail), "message": detail, "field": field}],
-    }))
+/// One 422 naming every broken rule (field, detail), as the real server's
+/// `ValidateListOptions` answers.
+fn list_options_invalid(broken: &[(&str, &str)]) -> ApiError {
+    let causes: Vec<(String, &'static str, String)> = broken
+        .iter()
+        .map(|(field, detail)| (field.to_string(), cause_reason(detail), detail.to_string()))
+        .collect();
+    match invalid_with_causes(
+        "ListOptions.meta.k8s.io",
+        "ListOptions",
+        Some("meta.k8s.io"),
+        "",
+        &causes,
+    ) {
+        Err(e) => e,
+        // No cause: still an answer saying so rather than a panic.
+        Ok(()) => ApiError::bad_request("invalid list options"),
+    }
 }
 
 impl Query {
@@ -211,12 +218,10 @@ impl Query {
             Some("NotOlderThan") => Some(RvMatch::NotOlderThan),
             Some("Exact") => Some(RvMatch::Exact),
             Some(other) => {
-                return Err(list_options_invalid(
-                    "resourceVersionMatch",
-                    &format!(
-                        "Unsupported value: \"{other}\": supported values: \"Exact\", \"NotOlderThan\""
-                    ),
-                ));
+                let detail = format!(
+                    "Unsupported value: \"{other}\": supported values: \"Exact\", \"NotOlderThan\""
+                );
+                return Err(list_options_invalid(&[("resourceVersionMatch", &detail)]));
             }
         };
         let limit = match get("limit") {
@@ -275,12 +280,15 @@ impl Query {
     }
 
     /// The real server's `ValidateListOptions`: a watch and a list have
-    /// rules of their own (the first broken one answers, 422).
+    /// rules of their own; every broken one is a cause of one 422.
     fn validate(&self) -> Result<(), ApiError> {
-        if self.watch {
-            self.validate_watch()?;
+        let broken = if self.watch {
+            self.broken_watch_rules()
         } else {
-            self.validate_list()?;
+            self.broken_list_rules()
+        };
+        if !broken.is_empty() {
+            return Err(list_options_invalid(&broken));
         }
         if self.continue_token.is_some() && matches!(self.rv, RvParam::At(_)) {
             return Err(ApiError::bad_request(
@@ -290,71 +298,79 @@ impl Query {
         Ok(())
     }
 
-    fn validate_list(&self) -> Result<(), ApiError> {
-        if self.rv_match.is_some() && self.rv == RvParam::Unset {
-            return Err(list_options_invalid(
-                "resourceVersionMatch",
-                "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
-            ));
-        }
-        if self.continue_token.is_some() && self.rv_match.is_some() {
-            return Err(list_options_invalid(
-                "resourceVersionMatch",
-                "Forbidden: resourceVersionMatch is forbidden when continue is provided",
-            ));
-        }
-        if self.rv_match == Some(RvMatch::Exact) && self.rv == RvParam::Any {
-            return Err(list_options_invalid(
-                "resourceVersionMatch",
-                "Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
-            ));
+    /// The list rules this query breaks, as (field, detail), in the real
+    /// server's order.
+    fn broken_list_rules(&self) -> Vec<(&'static str, &'static str)> {
+        let mut broken = Vec::new();
+        if self.rv_match.is_some() {
+            if self.rv == RvParam::Unset {
+                broken.push((
+                    "resourceVersionMatch",
+                    "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
+                ));
+            }
+            if self.continue_token.is_some() {
+                broken.push((
+                    "resourceVersionMatch",
+                    "Forbidden: resourceVersionMatch is forbidden when continue is provided",
+                ));
+            }
+            if self.rv_match == Some(RvMatch::Exact) && self.rv == RvParam::Any {
+                broken.push((
+                    "resourceVersionMatch",
+                    "Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+                ));
+            }
         }
         // Either value: the parameter belongs to watches.
         if self.send_initial_events.is_some() {
-            return Err(list_options_invalid(
+            broken.push((
                 "sendInitialEvents",
                 "Forbidden: sendInitialEvents is forbidden for list",
             ));
         }
-        Ok(())
+        broken
     }
 
-    fn validate_watch(&self) -> Result<(), ApiError> {
+    /// The watch rules this query breaks, as (field, detail), in the real
+    /// server's order.
+    fn broken_watch_rules(&self) -> Vec<(&'static str, &'static str)> {
+        let mut broken = Vec::new();
         // `sendInitialEvents=false` too: a watch list, only without its
         // initial events.
         if self.send_initial_events.is_some() && self.rv_match != Some(RvMatch::NotOlderThan) {
-            return Err(list_options_invalid(
+            broken.push((
                 "resourceVersionMatch",
                 "Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
             ));
         }
         if let Some(rv_match) = self.rv_match {
             if self.send_initial_events.is_none() {
-                return Err(list_options_invalid(
+                broken.push((
                     "resourceVersionMatch",
                     "Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
                 ));
             }
             if rv_match != RvMatch::NotOlderThan {
-                return Err(list_options_invalid(
+                broken.push((
                     "resourceVersionMatch",
                     "Unsupported value: \"Exact\": supported values: \"NotOlderThan\"",
                 ));
             }
             if self.continue_token.is_some() {
-                return Err(list_options_invalid(
+                broken.push((
                     "resourceVersionMatch",
                     "Forbidden: resourceVersionMatch is forbidden when continue is provided",
                 ));
             }
         }
         if self.send_initial_events == Some(true) && !self.allow_bookmarks {
-            return Err(list_options_invalid(
+            broken.push((
                 "allowWatchBookmarks",
                 "Forbidden: sendInitialEvents requires setting allowWatchBookmarks to true",
             ));
         }
-        Ok(())
+        broken
     }
 
     /// Where a list request reads, per the real server's rules.
@@ -499,16 +515,22 @@ mod tests {
                 "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"
             )
         );
-        assert!(
-            invalid("watch=1&resourceVersionMatch=Exact&sendInitialEvents=true").ends_with(
-                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"
-            )
+        // Every broken rule is named, in brackets when there are several,
+        // each a cause of its own (as `field.ErrorList` answers).
+        assert_eq!(
+            invalid("watch=1&resourceVersionMatch=Exact&sendInitialEvents=true"),
+            "ListOptions.meta.k8s.io \"\" is invalid: [\
+             resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan, \
+             resourceVersionMatch: Unsupported value: \"Exact\": supported values: \"NotOlderThan\", \
+             allowWatchBookmarks: Forbidden: sendInitialEvents requires setting allowWatchBookmarks to true]"
         );
-        assert!(
-            invalid("watch=1&resourceVersion=5&resourceVersionMatch=Exact").ends_with(
-                "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"
-            )
-        );
+        let e =
+            Query::parse(Some("watch=1&resourceVersion=5&resourceVersionMatch=Exact")).unwrap_err();
+        let causes = e.details.unwrap()["causes"].clone();
+        assert_eq!(causes.as_array().map(Vec::len), Some(2), "{causes}");
+        assert_eq!(causes[0]["reason"], "FieldValueForbidden");
+        assert_eq!(causes[1]["reason"], "FieldValueNotSupported");
+        assert_eq!(causes[1]["field"], "resourceVersionMatch");
         let cause = |q: &str| {
             let e = Query::parse(Some(q)).expect_err(q);
             e.details.unwrap()["causes"][0]["reason"].clone()

@@ -329,6 +329,47 @@ fn details(group: &str, plural: &str, name: &str) -> Value {
     d
 }
 
+/// A 422 with every cause (field, cause reason, detail), worded like the
+/// real server (`X "n" is invalid: [a, b]`); `Ok` without causes.
+pub fn invalid_with_causes(
+    qualified_kind: &str,
+    kind: &str,
+    group: Option<&str>,
+    name: &str,
+    causes: &[(String, &'static str, String)],
+) -> Result<(), ApiError> {
+    if causes.is_empty() {
+        return Ok(());
+    }
+    let parts: Vec<String> = causes
+        .iter()
+        .map(|(field, _, detail)| format!("{field}: {detail}"))
+        .collect();
+    let joined = if parts.len() == 1 {
+        parts[0].clone()
+    } else {
+        format!("[{}]", parts.join(", "))
+    };
+    let mut details = json!({
+        "kind": kind,
+        "causes": causes.iter().map(|(field, reason, detail)| json!({"reason": reason, "message": detail, "field": field})).collect::<Vec<_>>(),
+    });
+    if let Some(o) = details.as_object_mut() {
+        // As the real server's Status omits empty fields (`ListOptions` has no name).
+        if !name.is_empty() {
+            o.insert("name".into(), json!(name));
+        }
+        if let Some(g) = group {
+            o.insert("group".into(), json!(g));
+        }
+    }
+    Err(ApiError::new(
+        Reason::Invalid,
+        format!("{qualified_kind} \"{name}\" is invalid: {joined}"),
+    )
+    .with_details(details))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

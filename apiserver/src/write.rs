@@ -193,7 +193,7 @@ impl Store {
             .into_iter()
             .map(|v| (v.field, v.reason, v.message))
             .collect();
-        crd::invalid_with_causes(
+        crate::status::invalid_with_causes(
             &format!("{}.{}", rt.kind, rt.group),
             &rt.kind,
             Some(&rt.group),
