@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::names::{valid_dns_label, valid_object_name};
 use crate::resource::{ResourceType, ScalePaths, ScaleSelector, StatusRule, version_priority};
-use crate::status::{ApiError, Reason, invalid_with_causes};
+use crate::status::{ApiError, invalid_with_causes};
 
 /// The CRD API group.
 pub const CRD_GROUP: &str = "apiextensions.k8s.io";
