@@ -2,19 +2,16 @@
 //! order, per [`FifoOptions::ordering`]), takes watch events and lists from
 //! the Reflector, and hands batches of deltas to the Indexer.
 //!
-//! Flow control, both ways, by acknowledgement (never by mailbox capacity,
-//! which actix's `send`/`do_send` ignore):
-//! - Towards the Indexer: at most one batch in flight; the next is popped when
-//!   the Indexer answers. Meanwhile new events wait in the queue (merged per
-//!   key, or one entry each in arrival order).
-//! - From the Reflector: [`Enqueue`] is answered at once while the queue holds
-//!   fewer than `high_watermark` deltas (in both orderings: arrival order
-//!   keeps every event, so a stalled consumer holds the Reflector back all
-//!   the same), and only once it has drained below that otherwise. The Reflector awaits the answer before it reads more of
-//!   the watch stream, so the server's TCP connection pushes back.
-//!   [`Replace`] is answered the same way: its list is already in memory, but
-//!   a Reflector relisting again and again while the consumer is stalled
-//!   would otherwise queue one more state per key each time, without bound.
+//! Flow control, both ways, by acknowledgement (never by mailbox capacity, which actix's `send`/`do_send` ignore):
+//! - Towards the Indexer: at most one batch in flight; the next is popped when the Indexer answers. Meanwhile new
+//!   events wait in the queue (merged per key, or one entry each in arrival order). A first list's pages wait for
+//!   half an initial batch ([`ListHold`](super::hold), DF-15a).
+//! - From the Reflector: [`Enqueue`] is answered at once while the queue holds fewer than `high_watermark` deltas
+//!   (in both orderings: arrival order keeps every event, so a stalled consumer holds the Reflector back all the
+//!   same), and only once it has drained below that otherwise. The Reflector awaits the answer before it reads more
+//!   of the watch stream, so the server's TCP connection pushes back. [`Replace`] is answered the same way: its list
+//!   is in memory, but relisting against a stalled consumer would queue one more state per key each time, without
+//!   bound.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -25,6 +22,7 @@ use kube::Resource;
 use tokio::sync::watch;
 
 use super::fifo_queue::{FifoQueue, usable};
+use super::hold::{ListHold, now};
 use super::messages::{Enqueue, FifoClosed, ListPage, Progress, Replace, WatchDelta};
 use super::options::FifoOptions;
 use super::origin::PopulationOrigin;
@@ -65,6 +63,7 @@ pub struct DeltaFifo<K: Resource + Send + Sync + 'static> {
     /// A list's pages are arriving: the cache is at no one resourceVersion
     /// until its end.
     listing: bool,
+    hold: ListHold,
     stats: Arc<FifoStats>,
     span: tracing::Span,
 }
@@ -91,6 +90,7 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
             progress_untold: false,
             origin: PopulationOrigin::default(),
             listing: false,
+            hold: ListHold::new(options.initial_batch_size),
             stats,
             span: tracing::Span::none(),
         }
@@ -133,11 +133,15 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
         if self.in_flight {
             return;
         }
-        let most = if self.synced_sent {
-            self.options.batch_size
-        } else {
-            self.options.initial_batch_size
-        };
+        let most = self.options.most_per_batch(self.synced_sent);
+        let first = self.listing && !self.synced_sent && !self.origin.restored();
+        let held = self
+            .hold
+            .wait(first, self.saturated(), self.queue.queued_keys(), now());
+        if let Some(wait) = held {
+            ctx.run_later(wait, |act, ctx| act.pump(ctx));
+            return;
+        }
         let batch = self.queue.pop_batch(most);
         // An empty batch only to say that the cache is at a newer
         // resourceVersion (a bookmark), once the initial list is in.

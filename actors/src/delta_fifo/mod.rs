@@ -52,6 +52,7 @@
 
 pub mod actor;
 pub mod fifo_queue;
+mod hold;
 mod in_flight;
 pub mod messages;
 pub mod options;

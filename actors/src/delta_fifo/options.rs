@@ -27,7 +27,8 @@ pub struct FifoOptions {
     /// publishes its cache once per batch, and every publish makes the next
     /// writes copy the tree nodes they touch: with 256-key batches that was
     /// ~9 % of a 100k-object sync's CPU (BENCHMARKS.md). Listeners still get
-    /// the events in chunks of 256.
+    /// the events in chunks of 256. A first list's pages wait until half
+    /// this many keys are queued (at most 250 ms; DF-15a).
     pub initial_batch_size: usize,
     /// Queued deltas above which the Reflector is held back.
     pub high_watermark: usize,
@@ -70,6 +71,16 @@ impl FifoOptions {
     pub const fn ordering(mut self, ordering: FifoOrdering) -> Self {
         self.ordering = ordering;
         self
+    }
+
+    /// Most keys per batch: `batch_size` once the initial list is
+    /// processed (`synced`), `initial_batch_size` until then.
+    pub const fn most_per_batch(&self, synced: bool) -> usize {
+        if synced {
+            self.batch_size
+        } else {
+            self.initial_batch_size
+        }
     }
 
     /// The options with batch sizes ≥ 1 and `high_watermark ≥ batch_size`
