@@ -5,7 +5,7 @@
 //! Flow control, both ways, by acknowledgement (never by mailbox capacity, which actix's `send`/`do_send` ignore):
 //! - Towards the Indexer: at most one batch in flight; the next is popped when the Indexer answers. Meanwhile new
 //!   events wait in the queue (merged per key, or one entry each in arrival order). A first list's pages wait for
-//!   half an initial batch ([`ListHold`](super::hold), DF-15a).
+//!   half an initial batch (`hold.rs`, DF-15a).
 //! - From the Reflector: [`Enqueue`] is answered at once while the queue holds fewer than `high_watermark` deltas
 //!   (in both orderings: arrival order keeps every event, so a stalled consumer holds the Reflector back all the
 //!   same), and only once it has drained below that otherwise. The Reflector awaits the answer before it reads more
