@@ -502,6 +502,39 @@ mod tests {
         }
     }
 
+    /// DF-15a, on a paused clock: a first list's page waits for more (here
+    /// for the longest hold, nothing more coming), and the list's end hands
+    /// on what is held at once; pages of a synced queue's relist are not held.
+    #[actix::test]
+    async fn df_15a_a_first_lists_pages_are_held_until_more_come_or_it_ends() {
+        use super::super::hold::MAX_HOLD;
+        tokio::time::pause();
+        let (fifo, seen, synced) = fifo_with_causes().await;
+        let t0 = tokio::time::Instant::now();
+        fifo.send(page(&["a", "b"], true, false))
+            .await
+            .unwrap()
+            .unwrap();
+        wait_for(&seen, 2).await;
+        assert!(t0.elapsed() >= MAX_HOLD, "held {:?}", t0.elapsed());
+        let t1 = tokio::time::Instant::now();
+        fifo.send(page(&["c"], false, false))
+            .await
+            .unwrap()
+            .unwrap();
+        end_and_sync(&fifo, &synced, vec![cm("d")], false).await;
+        wait_for(&seen, 4).await;
+        assert!(
+            t1.elapsed() < MAX_HOLD,
+            "the end goes on at once: {:?}",
+            t1.elapsed()
+        );
+        let t2 = tokio::time::Instant::now();
+        fifo.send(page(&["e"], true, false)).await.unwrap().unwrap();
+        wait_for(&seen, 5).await;
+        assert!(t2.elapsed() < MAX_HOLD, "a relist's page is not held");
+    }
+
     /// A snapshot restored in pages is one initial population: every add
     /// is `Restored`, and the queue is synced only at its end.
     #[actix::test]
