@@ -137,9 +137,11 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
         let first = self.listing && !self.synced_sent && !self.origin.restored();
         let held = self
             .hold
-            .wait(first, self.saturated(), self.queue.queued_keys(), now());
-        if let Some(wait) = held {
-            ctx.run_later(wait, |act, ctx| act.pump(ctx));
+            .next(first, self.saturated(), self.queue.queued_keys(), now());
+        if let Some(timer) = held {
+            if let Some(wait) = timer {
+                ctx.run_later(wait, |act, ctx| act.pump(ctx));
+            }
             return;
         }
         let batch = self.queue.pop_batch(most);

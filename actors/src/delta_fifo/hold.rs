@@ -24,6 +24,9 @@ pub(super) struct ListHold {
     /// When the oldest page still held was first held; `None` when
     /// nothing is held.
     since: Option<Instant>,
+    /// When the timer armed last fires: one timer per hold, not one per
+    /// page that arrives while it is held.
+    timer_at: Option<Instant>,
 }
 
 /// The clock the DeltaFIFO holds pages by (tokio's, so paused in tests).
@@ -37,7 +40,26 @@ impl ListHold {
         ListHold {
             min_keys: initial_batch_size / 2,
             since: None,
+            timer_at: None,
         }
+    }
+
+    /// As [`wait`](Self::wait), and whether to arm a timer: `None`: hand
+    /// the keys on now; `Some(Some(d))`: hold them and look again after
+    /// `d`; `Some(None)`: hold them, a timer armed before still runs.
+    pub(super) fn next(
+        &mut self,
+        first_list: bool,
+        saturated: bool,
+        keys: usize,
+        now: Instant,
+    ) -> Option<Option<Duration>> {
+        let wait = self.wait(first_list, saturated, keys, now)?;
+        if self.timer_at.is_some_and(|at| at > now) {
+            return Some(None);
+        }
+        self.timer_at = Some(now + wait);
+        Some(Some(wait))
     }
 
     /// `None`: hand the `keys` queued on now; `Some(d)`: hold them, and
@@ -83,6 +105,34 @@ mod tests {
         assert_eq!(listing(&mut hold, 1000, later), Some(left), "held since t0");
         assert_eq!(listing(&mut hold, 8192, later), None, "half a batch queued");
         assert_eq!(listing(&mut hold, 500, later), Some(MAX_HOLD), "held anew");
+    }
+
+    #[test]
+    fn df_15a_one_timer_per_hold() {
+        let t0 = Instant::now();
+        let mut hold = ListHold::new(16_384);
+        assert_eq!(hold.next(true, false, 500, t0), Some(Some(MAX_HOLD)));
+        let ms = Duration::from_millis;
+        assert_eq!(
+            hold.next(true, false, 1000, t0 + ms(5)),
+            Some(None),
+            "armed"
+        );
+        assert_eq!(
+            hold.next(true, false, 8192, t0 + ms(6)),
+            None,
+            "half a batch"
+        );
+        // A new hold before the first timer fired waits for it, then arms
+        // its own for what is left.
+        assert_eq!(hold.next(true, false, 500, t0 + ms(7)), Some(None));
+        let fired = t0 + MAX_HOLD;
+        assert_eq!(hold.next(true, false, 900, fired), Some(Some(ms(7))));
+        assert_eq!(
+            hold.next(true, false, 900, fired + ms(7)),
+            None,
+            "held long enough"
+        );
     }
 
     #[test]
