@@ -253,16 +253,12 @@ struct Replica {
     lines: std::sync::mpsc::Receiver<String>,
     seen: Vec<String>,
     addr: SocketAddr,
-    _dir: std::path::PathBuf,
+    _dir: common::TestDir,
 }
 
 impl Replica {
     fn start(server: &kinformer_apiserver::ServerHandle, identity: &str) -> Replica {
-        let dir = std::env::temp_dir().join(format!(
-            "kinformer-le-test-{}-{identity}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = common::TestDir::new(&format!("kinformer-le-test-{identity}"));
         let config = dir.join("config.toml");
         std::fs::write(
             &config,

@@ -12,7 +12,7 @@ mod logs;
 
 use std::time::Duration;
 
-use common::eventually;
+use common::{TestDir, eventually};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kinformer::{Informer, InformerError};
 use kinformer_apiserver::{
@@ -63,24 +63,22 @@ fn informer(client: kube::Client) -> Informer<ConfigMap> {
         .expect("start")
 }
 
-/// The kubeconfig of `user` with its cluster's CA replaced by `ca`'s (a file).
+/// The kubeconfig of `user` with its cluster's CA replaced by `ca`'s (a file
+/// in the directory returned beside it, which the client reads when it is
+/// made).
 fn with_ca(
     server: &ServerHandle,
     user: &str,
     ca: &CertificateAuthority,
-) -> kube::config::Kubeconfig {
-    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let path = std::env::temp_dir().join(format!(
-        "kinformer-security-{}-{}.crt",
-        std::process::id(),
-        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    ));
+) -> (kube::config::Kubeconfig, TestDir) {
+    let dir = TestDir::new("kinformer-security");
+    let path = dir.join("ca.crt");
     std::fs::write(&path, ca.cert_pem()).unwrap();
     let mut kubeconfig = server.kubeconfig(user).unwrap();
     let cluster = kubeconfig.clusters[0].cluster.as_mut().unwrap();
     cluster.certificate_authority_data = None;
     cluster.certificate_authority = Some(path.display().to_string());
-    kubeconfig
+    (kubeconfig, dir)
 }
 
 #[actix::test]
@@ -102,7 +100,8 @@ async fn wrong_ca_informer(
     server: &ServerHandle,
 ) -> (Informer<ConfigMap>, InformerError, Duration) {
     let other = CertificateAuthority::generate().unwrap();
-    let informer = informer(client_from(with_ca(server, "admin", &other)).await);
+    let (kubeconfig, _ca_dir) = with_ca(server, "admin", &other);
+    let informer = informer(client_from(kubeconfig).await);
     let t0 = std::time::Instant::now();
     let error = informer
         .wait_for_sync(Duration::from_secs(4))
@@ -162,7 +161,7 @@ async fn certificate_checks_are_skipped_only_when_the_kubeconfig_says_so() {
     let server = secure_server();
     let other = CertificateAuthority::generate().unwrap();
     // Without the flag, the wrong CA fails (above); with it, the list goes through.
-    let mut kubeconfig = with_ca(&server, "admin", &other);
+    let (mut kubeconfig, _ca_dir) = with_ca(&server, "admin", &other);
     kubeconfig.clusters[0]
         .cluster
         .as_mut()

@@ -20,10 +20,8 @@ use kinformer_apiserver::{Failure, ServerHandle, Verb};
 const DEADLINE: Duration = Duration::from_secs(30);
 
 /// A fresh directory for one test's snapshots.
-fn snapshot_dir(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kinformer-warm-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+fn snapshot_dir(test: &str) -> TestDir {
+    TestDir::new(&format!("kinformer-warm-{test}"))
 }
 
 fn persisted(server: &ServerHandle, dir: &PathBuf) -> InformerBuilder<ConfigMap> {
@@ -200,7 +198,6 @@ async fn resume_without_a_list(compact: bool) {
     )
     .await;
     informer.stop().await;
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// After compaction: the watch from the snapshot's resourceVersion gets a
@@ -241,7 +238,6 @@ async fn relist_after_compaction(compact: bool) {
         ]
     );
     informer.stop().await;
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Bookmarks move the snapshot on: while only another namespace changes,
@@ -283,7 +279,6 @@ async fn bookmarks_advance_the_snapshot_while_nothing_it_holds_changes() {
     );
     assert_eq!(count_cause(&log, Cause::Watch), 0);
     informer.stop().await;
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A snapshot cut short (a crash mid-write, a full disk) or overwritten
@@ -323,7 +318,6 @@ async fn a_truncated_or_garbled_snapshot_is_discarded_and_the_informer_lists() {
         .await;
         informer.stop().await;
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A snapshot whose objects turn out damaged partway through the file (an
@@ -400,7 +394,6 @@ async fn a_snapshot_damaged_partway_is_completed_by_a_list_and_written_whole() {
     assert_eq!(stats.restored_objects, OBJECTS as u64);
     assert_eq!(count_cause(&log, Cause::Restored), OBJECTS);
     informer.stop().await;
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// An informer stopped before its first consistent state leaves a snapshot
@@ -429,7 +422,6 @@ async fn a_snapshot_never_committed_is_no_snapshot_not_a_damaged_one() {
     assert_eq!(informer.stats().warm_start, WarmStart::Cold);
     snapshot_caught_up(&server, &informer, "the first committed snapshot").await;
     informer.stop().await;
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A snapshot is only for its own informer: another selector, or another
@@ -446,7 +438,7 @@ async fn a_snapshot_of_another_selector_or_cluster_is_not_used() {
         persisted(&server, &dir).field_selector("metadata.name!=x"),
         informer(&server)
             .backoff(fast_backoff())
-            .persist(&dir, "another cluster")
+            .persist(&*dir, "another cluster")
             .label_selector("app=test"),
     ];
     for other in others {
@@ -459,7 +451,6 @@ async fn a_snapshot_of_another_selector_or_cluster_is_not_used() {
         informer.stop().await;
     }
     assert_eq!(std::fs::read(&file).unwrap(), before);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A snapshot another informer still has open (the same identity twice in
@@ -505,7 +496,6 @@ async fn a_snapshot_in_use_is_left_alone_not_discarded() {
     restore_counted(&third).await;
     assert!(count_cause(&log, Cause::Restored) > 0);
     third.stop().await;
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `persist_schema` holds whether it is called before or after `persist`.
@@ -518,7 +508,7 @@ async fn the_schema_tag_holds_in_either_order() {
     let informer = informer(&server)
         .backoff(fast_backoff())
         .persist_schema("v1")
-        .persist(&dir, "embedded")
+        .persist(&*dir, "embedded")
         .start()
         .unwrap();
     let log = subscribed(&informer).await;
@@ -526,7 +516,6 @@ async fn the_schema_tag_holds_in_either_order() {
     restore_counted(&informer).await;
     assert_eq!(count_cause(&log, Cause::Restored), 4);
     informer.stop().await;
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `cluster_identity` names a cluster by its kube-system namespace's uid:
@@ -549,7 +538,8 @@ async fn cluster_identities_differ_between_clusters() {
 async fn an_unwritable_directory_stops_persistence_not_the_informer() {
     let server = server(10_000);
     seed(&server);
-    let blocker = snapshot_dir("unwritable");
+    let dir = snapshot_dir("unwritable");
+    let blocker = dir.join("blocker");
     std::fs::write(&blocker, b"a file, not a directory").unwrap();
     let informer = persisted(&server, &blocker.join("snapshots"))
         .start()
@@ -563,7 +553,6 @@ async fn an_unwritable_directory_stops_persistence_not_the_informer() {
     create(&server, "later", "1");
     converges(&server, &log, "a change after persistence stopped").await;
     informer.stop().await;
-    let _ = std::fs::remove_file(&blocker);
 }
 
 /// Measurement, not a check (run by hand): a cold start against a warm one
@@ -611,7 +600,6 @@ async fn measure_a_cold_and_a_warm_start() {
         written.write_micros / 1000,
     );
     informer.stop().await;
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The environment that makes [`warm_writer_process`] a persisting
@@ -663,7 +651,6 @@ async fn a_process_killed_while_writing_its_snapshot_leaves_a_consistent_one() {
         assert!(older.is_none(), "round {round}: {older:?}");
         informer.stop().await;
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A [`warm_writer_process`] child, killed when dropped.

@@ -559,11 +559,12 @@ mod tests {
         serde_json::to_vec(s)
     }
 
-    fn dir(name: &str) -> PathBuf {
-        let d =
-            std::env::temp_dir().join(format!("kinformer-snapshot-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        d
+    /// A fresh directory, removed when dropped (also when the test fails).
+    fn dir(name: &str) -> tempfile::TempDir {
+        tempfile::Builder::new()
+            .prefix(&format!("kinformer-snapshot-{name}-"))
+            .tempdir()
+            .unwrap()
     }
 
     /// Commits as a writer on this file would (with its dictionary, if it
@@ -657,7 +658,7 @@ mod tests {
     fn a_large_commit_learns_the_dictionary_and_older_values_still_read() {
         let d = dir("dictionary");
         let id = identity("");
-        let path = path_in(&d, &id);
+        let path = path_in(d.path(), &id);
         let db = create(&path, &id).unwrap();
         let n = DICTIONARY_SAMPLES * 2;
         let (keys, vals) = values(n);
@@ -679,7 +680,6 @@ mod tests {
         let loaded = load(&path, &id, decode).unwrap().unwrap();
         let got: Vec<&str> = loaded.objects.iter().map(|o| o.as_str()).collect();
         assert_eq!(got, vals.iter().map(String::as_str).collect::<Vec<_>>());
-        let _ = std::fs::remove_dir_all(&d);
     }
 
     /// Large objects: the dictionary is learned once their JSON reaches the
@@ -689,7 +689,7 @@ mod tests {
     fn large_objects_learn_the_dictionary_from_a_bounded_sample() {
         let d = dir("large");
         let id = identity("");
-        let path = path_in(&d, &id);
+        let path = path_in(d.path(), &id);
         let db = create(&path, &id).unwrap();
         // Half-megabyte objects (Helm release Secrets): their whole JSON
         // would reach the budget after six, too few to learn from.
@@ -705,7 +705,6 @@ mod tests {
         assert!(learned, "learned from the first {SAMPLE_BYTES} bytes");
         let loaded = load(&path, &id, decode).unwrap().unwrap();
         assert_eq!(loaded.objects.len(), n);
-        let _ = std::fs::remove_dir_all(&d);
     }
 
     /// A file its process never closed (copied while open, as a crash
@@ -714,13 +713,13 @@ mod tests {
     fn a_file_left_open_by_a_crash_opens_without_a_full_repair() {
         let d = dir("crashed");
         let id = identity("");
-        let path = path_in(&d, &id);
+        let path = path_in(d.path(), &id);
         let db = create(&path, &id).unwrap();
         let n = 3 * PAGE;
         let (keys, vals) = values(n);
         commit(&db, all(&keys[..PAGE], &vals[..PAGE]), "3", PAGE as u64);
         commit(&db, all(&keys[PAGE..], &vals[PAGE..]), "4", n as u64);
-        let crashed = d.join("crashed.redb");
+        let crashed = d.path().join("crashed.redb");
         std::fs::copy(&path, &crashed).unwrap();
         drop(db);
         let repaired = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -738,7 +737,6 @@ mod tests {
         assert_eq!(loaded.resource_version, "4");
         let got: Vec<&str> = loaded.objects.iter().map(|o| o.as_str()).collect();
         assert_eq!(got, vals.iter().map(String::as_str).collect::<Vec<_>>());
-        let _ = std::fs::remove_dir_all(&d);
     }
 
     /// An object found damaged partway through the file: the pages before
@@ -747,7 +745,7 @@ mod tests {
     fn a_value_damaged_partway_ends_the_read_after_the_pages_before_it() {
         let d = dir("partway");
         let id = identity("");
-        let path = path_in(&d, &id);
+        let path = path_in(d.path(), &id);
         let db = create(&path, &id).unwrap();
         let n = 5 * PAGE + 7;
         let (keys, vals) = values(n);
@@ -777,7 +775,6 @@ mod tests {
         });
         assert!(read.is_ok() && pages == 1, "{read:?}, {pages} pages");
         drop(opened);
-        let _ = std::fs::remove_dir_all(&d);
     }
 
     /// Many chunks over every decoding thread: every object comes back once,
@@ -786,7 +783,7 @@ mod tests {
     fn a_large_snapshot_reads_back_whole_and_in_order() {
         let d = dir("large");
         let id = identity("");
-        let path = path_in(&d, &id);
+        let path = path_in(d.path(), &id);
         let db = create(&path, &id).unwrap();
         let n = 5 * PAGE + 7;
         let (keys, values) = values(n);
@@ -811,7 +808,6 @@ mod tests {
             load(&path, &id, refuse_last),
             Err(SnapshotError::Corrupt(_))
         ));
-        let _ = std::fs::remove_dir_all(&d);
     }
 
     /// A decode that panics partway through a snapshot larger than the
@@ -821,7 +817,7 @@ mod tests {
     fn a_panicking_decode_is_corrupt_after_the_pages_before_it() {
         let d = dir("decode-panic");
         let id = identity("");
-        let path = path_in(&d, &id);
+        let path = path_in(d.path(), &id);
         let db = create(&path, &id).unwrap();
         // More chunks than the window holds on this machine.
         let threads = std::thread::available_parallelism().map_or(1, usize::from);
@@ -849,7 +845,6 @@ mod tests {
         );
         assert_eq!(handed.len(), 3 * PAGE, "the pages before the panic");
         drop(opened);
-        let _ = std::fs::remove_dir_all(&d);
     }
 
     /// What was committed reads back whole, at its resourceVersion; a file
@@ -858,7 +853,7 @@ mod tests {
     fn a_committed_snapshot_reads_back_and_only_for_its_identity() {
         let d = dir("roundtrip");
         let id = identity("");
-        let path = path_in(&d, &id);
+        let path = path_in(d.path(), &id);
         assert!(load(&path, &id, decode).unwrap().is_none());
         let db = create(&path, &id).unwrap();
         drop(db);
@@ -880,7 +875,6 @@ mod tests {
             load(&path, &other, decode),
             Err(SnapshotError::Foreign(_))
         ));
-        let _ = std::fs::remove_dir_all(&d);
     }
 
     /// A snapshot of another schema version is `Outdated`, not read.
@@ -888,7 +882,7 @@ mod tests {
     fn another_schema_version_is_outdated() {
         let d = dir("outdated");
         let id = identity("");
-        let path = path_in(&d, &id);
+        let path = path_in(d.path(), &id);
         let db = create(&path, &id).unwrap();
         let a = "a".to_string();
         commit(&db, vec![("ns/a", Some(&a))], "10", 1);
@@ -903,7 +897,6 @@ mod tests {
             load(&path, &id, decode),
             Err(SnapshotError::Outdated(_))
         ));
-        let _ = std::fs::remove_dir_all(&d);
     }
 
     /// A truncated file, garbage, or stored objects that do not decode are
@@ -912,7 +905,7 @@ mod tests {
     fn truncated_or_garbled_files_are_corrupt() {
         let d = dir("corrupt");
         let id = identity("");
-        let path = path_in(&d, &id);
+        let path = path_in(d.path(), &id);
         let db = create(&path, &id).unwrap();
         let x = "x".repeat(10_000);
         let keys: Vec<String> = (0..50).map(|i| format!("ns/{i}")).collect();
@@ -949,7 +942,6 @@ mod tests {
             matches!(load(&path, &id, decode), Err(SnapshotError::Corrupt(_))),
             "count"
         );
-        let _ = std::fs::remove_dir_all(&d);
     }
 
     /// A file another database handle has open is `Unavailable`, to open
@@ -959,7 +951,7 @@ mod tests {
         use std::os::unix::fs::MetadataExt;
         let d = dir("in-use");
         let id = identity("");
-        let path = path_in(&d, &id);
+        let path = path_in(d.path(), &id);
         let db = create(&path, &id).unwrap();
         commit(&db, vec![("a", Some(&"x".to_string()))], "5", 1);
         let inode = std::fs::metadata(&path).unwrap().ino();
@@ -975,7 +967,6 @@ mod tests {
         drop(db);
         let loaded = load(&path, &id, decode).unwrap().unwrap();
         assert_eq!(loaded.resource_version, "5");
-        let _ = std::fs::remove_dir_all(&d);
     }
 
     /// `create` on a snapshot that is not in use empties it in place.
@@ -983,14 +974,13 @@ mod tests {
     fn create_empties_an_existing_snapshot() {
         let d = dir("recreate");
         let id = identity("");
-        let path = path_in(&d, &id);
+        let path = path_in(d.path(), &id);
         let db = create(&path, &id).unwrap();
         commit(&db, vec![("a", Some(&"x".to_string()))], "5", 1);
         drop(db);
         let db = create(&path, &id).unwrap();
         drop(db);
         assert!(matches!(open(&path, &id), Err(SnapshotError::Empty)));
-        let _ = std::fs::remove_dir_all(&d);
     }
 
     /// A commit reads its objects as it writes them: a compact cache
@@ -1003,7 +993,7 @@ mod tests {
     fn an_unreadable_state_fails_the_whole_commit() {
         let d = dir("unreadable");
         let id = identity("");
-        let path = path_in(&d, &id);
+        let path = path_in(d.path(), &id);
         let db = create(&path, &id).unwrap();
         let (keys, values) = values(3);
         commit(&db, all(&keys, &values), "5", 3);
@@ -1055,7 +1045,7 @@ mod tests {
         }
         let d = dir("bounded");
         let id = identity("");
-        let db = create(&path_in(&d, &id), &id).unwrap();
+        let db = create(&path_in(d.path(), &id), &id).unwrap();
         let keys: Vec<String> = (0..2000).map(|i| format!("k{i:05}")).collect();
         let mut values = ValueWriter::new(None).unwrap();
         let c = Commit {
@@ -1073,6 +1063,5 @@ mod tests {
             "{} objects held at once",
             MOST.load(Relaxed)
         );
-        let _ = std::fs::remove_dir_all(&d);
     }
 }

@@ -211,15 +211,16 @@ mod tests {
     /// failed write does: the feed is abandoned and `done` turns true.
     #[test]
     fn a_panicking_writer_is_reported_and_abandons_the_feed() {
-        let dir =
-            std::env::temp_dir().join(format!("kinformer-writer-panic-{}", std::process::id()));
+        let dir = tempfile::Builder::new()
+            .prefix("kinformer-writer-panic-")
+            .tempdir()
+            .unwrap();
         let id = identity();
-        let db = snapshot_file::create(&snapshot_file::path_in(&dir, &id), &id).unwrap();
+        let db = snapshot_file::create(&snapshot_file::path_in(dir.path(), &id), &id).unwrap();
         let (feed, stats) = write_once(db, true, &["a"], panics);
         assert!(feed.is_closed());
         let error = stats.status(false).error.unwrap_or_default();
         assert!(error.contains("panicked"), "{error}");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A fresh first commit over a file that holds more (a restore cut
@@ -227,10 +228,12 @@ mod tests {
     /// its count right, so the next start can use it.
     #[test]
     fn a_fresh_commit_removes_what_the_state_lacks() {
-        let dir =
-            std::env::temp_dir().join(format!("kinformer-writer-fresh-{}", std::process::id()));
+        let dir = tempfile::Builder::new()
+            .prefix("kinformer-writer-fresh-")
+            .tempdir()
+            .unwrap();
         let id = identity();
-        let path = snapshot_file::path_in(&dir, &id);
+        let path = snapshot_file::path_in(dir.path(), &id);
         let db = snapshot_file::create(&path, &id).unwrap();
         let (_, stats) = write_once(db, true, &["a", "b", "stale"], encode);
         assert!(stats.status(false).error.is_none());
@@ -244,6 +247,5 @@ mod tests {
         keys.sort();
         assert_eq!(keys, ["ns/a", "ns/b", "ns/c"]);
         drop(opened);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -23,9 +23,10 @@ use tokio::sync::watch;
 /// it falls back to the embedded server unless told otherwise.
 #[cfg(feature = "cli")]
 pub fn kinformer_command() -> std::process::Command {
-    // This test process's own empty directory: working directory (no stray
+    // An empty directory in the target directory (nothing writes to it, so
+    // every test process shares it): working directory (no stray
     // `config.toml`) and HOME (no `.kube/config`).
-    let home = std::env::temp_dir().join(format!("kinformer-tests-{}", std::process::id()));
+    let home = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("kinformer-empty-home");
     let _ = std::fs::create_dir_all(&home);
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_kinformer"));
     cmd.current_dir(&home)
@@ -40,6 +41,34 @@ pub fn kinformer_command() -> std::process::Command {
         }
     }
     cmd
+}
+
+/// A fresh directory for one test, removed when dropped (also when the test
+/// fails); derefs to its path.
+pub struct TestDir {
+    path: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl TestDir {
+    /// A new directory in the system's temporary directory, named `prefix-…`.
+    pub fn new(prefix: &str) -> TestDir {
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("{prefix}-"))
+            .tempdir()
+            .expect("a temporary directory");
+        TestDir {
+            path: dir.path().to_path_buf(),
+            _dir: dir,
+        }
+    }
+}
+
+impl std::ops::Deref for TestDir {
+    type Target = std::path::PathBuf;
+    fn deref(&self) -> &std::path::PathBuf {
+        &self.path
+    }
 }
 
 /// Sends `signal` (`-INT`, `-TERM`) to a running `kinformer` and checks that
