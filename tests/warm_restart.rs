@@ -8,7 +8,7 @@
 
 mod common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,14 +24,14 @@ fn snapshot_dir(test: &str) -> TestDir {
     TestDir::new(&format!("kinformer-warm-{test}"))
 }
 
-fn persisted(server: &ServerHandle, dir: &PathBuf) -> InformerBuilder<ConfigMap> {
+fn persisted(server: &ServerHandle, dir: &Path) -> InformerBuilder<ConfigMap> {
     informer(server)
         .backoff(fast_backoff())
         .persist(dir, "embedded")
 }
 
 /// As [`persisted`], with a compact cache when `compact`.
-fn persisted_as(server: &ServerHandle, dir: &PathBuf, compact: bool) -> InformerBuilder<ConfigMap> {
+fn persisted_as(server: &ServerHandle, dir: &Path, compact: bool) -> InformerBuilder<ConfigMap> {
     let builder = persisted(server, dir);
     if compact {
         builder.compact_cache(
@@ -127,13 +127,13 @@ fn seed(server: &ServerHandle) {
     }
 }
 
-async fn restarted(server: &ServerHandle, dir: &PathBuf) -> (Informer<ConfigMap>, Arc<Mutex<Log>>) {
+async fn restarted(server: &ServerHandle, dir: &Path) -> (Informer<ConfigMap>, Arc<Mutex<Log>>) {
     restarted_as(server, dir, false).await
 }
 
 async fn restarted_as(
     server: &ServerHandle,
-    dir: &PathBuf,
+    dir: &Path,
     compact: bool,
 ) -> (Informer<ConfigMap>, Arc<Mutex<Log>>) {
     let informer = persisted_as(server, dir, compact).start().unwrap();

@@ -45,29 +45,24 @@ pub fn kinformer_command() -> std::process::Command {
 
 /// A fresh directory for one test, removed when dropped (also when the test
 /// fails); derefs to its path.
-pub struct TestDir {
-    path: std::path::PathBuf,
-    _dir: tempfile::TempDir,
-}
+pub struct TestDir(tempfile::TempDir);
 
 impl TestDir {
     /// A new directory in the system's temporary directory, named `prefix-…`.
     pub fn new(prefix: &str) -> TestDir {
-        let dir = tempfile::Builder::new()
-            .prefix(&format!("{prefix}-"))
-            .tempdir()
-            .expect("a temporary directory");
-        TestDir {
-            path: dir.path().to_path_buf(),
-            _dir: dir,
-        }
+        TestDir(
+            tempfile::Builder::new()
+                .prefix(&format!("{prefix}-"))
+                .tempdir()
+                .expect("a temporary directory"),
+        )
     }
 }
 
 impl std::ops::Deref for TestDir {
-    type Target = std::path::PathBuf;
-    fn deref(&self) -> &std::path::PathBuf {
-        &self.path
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        self.0.path()
     }
 }
 
